@@ -1,0 +1,377 @@
+"""Reference backend: JIT-run linalg-on-tensors IR with MLIR's ExecutionEngine.
+
+torch-mlir's own reference backend lives in its e2e test package, which the
+PyPI wheel does not ship; the wheel does ship its ``refback-*`` passes, the
+ExecutionEngine bindings and the memref/numpy helpers of ``torch_mlir.runtime``.
+This module puts them together.
+
+Design
+------
+``RefBackend.compile`` never touches the caller's module: it reparses the
+module's text (with locations) in the same context and lowers that copy in
+three stages, each a pass pipeline of its own:
+
+``refbackend-bufferize``
+    tensor -> memref (one-shot bufferization across function boundaries, with
+    identity layouts at the boundaries), plus deallocation of temporaries.
+``refbackend-munge-calling-conventions``
+    ``refback-munge-calling-conventions`` rewrites every public function to
+    take unranked memrefs and return nothing; each ``return`` becomes a call
+    to a private declaration ``refbackend_consume_func_return_<tokens>``. The
+    tokens are one per result, ``mr`` + element type (``mrf32``, ``mri1``...)
+    and the rank is not part of the name, so functions with the same result
+    element types share one declaration.
+``refbackend-lower-to-llvm``
+    loops, then the LLVM dialect.
+
+After the munge stage the consume declarations are read back from the IR and,
+for each, a ctypes callback with one unranked-memref pointer per result is
+registered with the ExecutionEngine under that name. Whatever the C++ pass
+names, the callback therefore matches it, for any number and mix of results.
+A callback copies its memrefs into fresh numpy arrays and stores them in a
+slot owned by the compiled module (never global state), from where ``invoke``
+takes them after the call. A lock serialises calls on one compiled module.
+
+The wheel's ``torch_mlir.runtime`` helpers handle f16 (through a 16-bit ctypes
+struct viewed as float16), bool (``c_bool``, one byte, as LLVM stores i1 in
+memory) and rank 0; inputs are passed in C order and kept referenced until the
+call returns. The result buffers are malloc'ed by the compiled code and never
+freed (as in torch-mlir's refbackend): a returned memref may alias an input or
+a constant, so freeing it is not safe. This is a test runner; it leaks.
+
+Failures of a lowering stage raise :class:`CompileStageError` with MLIR's
+diagnostics and a command that reruns the stage on its saved input; argument
+mismatches at ``invoke`` raise :class:`RuntimeInvocationError`. Sparse tensors
+are not supported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import threading
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+from torch_mlir import ir
+from torch_mlir.dialects import torch as _torch_dialect  # noqa: F401  registers the refback-*/tm-tensor-* passes
+from torch_mlir.execution_engine import ExecutionEngine
+from torch_mlir.passmanager import PassManager
+from torch_mlir.runtime import (
+    UnrankedMemRefDescriptor,
+    get_unranked_memref_descriptor,
+    unranked_memref_to_numpy,
+)
+
+from gqa_torch_mlir.errors import CompileStageError, RuntimeInvocationError
+from gqa_torch_mlir.repro import repro_command, save_stage_input
+
+__all__ = ["LOWERING_PIPELINE", "CompiledModule", "FunctionSignature", "RefBackend", "TensorSpec"]
+
+_CONSUME_PREFIX = "refbackend_consume_func_return"
+
+# Element types the refback calling convention accepts, as numpy dtypes.
+_DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "i1": np.dtype(np.bool_),
+    "i8": np.dtype(np.int8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+}
+
+
+def _pipeline(passes: Sequence[str]) -> str:
+    return "builtin.module(" + ",".join(passes) + ")"
+
+
+class _Stage(NamedTuple):
+    name: str
+    passes: tuple[str, ...]
+
+    @property
+    def pipeline(self) -> str:
+        return _pipeline(self.passes)
+
+
+_BUFFERIZE = _Stage(
+    "refbackend-bufferize",
+    (
+        "func.func(refback-generalize-tensor-pad)",
+        "func.func(refback-generalize-tensor-concat)",
+        "func.func(linalg-generalize-named-ops)",
+        "func.func(linalg-fuse-elementwise-ops)",
+        "convert-shape-to-std",
+        "func.func(tm-tensor-bufferize)",
+        "one-shot-bufferize{copy-before-write bufferize-function-boundaries "
+        "function-boundary-type-conversion=identity-layout-map}",
+        "refback-mlprogram-bufferize",
+        "func.func(buffer-deallocation-pipeline)",
+    ),
+)
+_MUNGE = _Stage("refbackend-munge-calling-conventions", ("refback-munge-calling-conventions",))
+_TO_LLVM = _Stage(
+    "refbackend-lower-to-llvm",
+    (
+        "func.func(tm-tensor-to-loops)",
+        "func.func(refback-munge-memref-copy)",
+        "func.func(convert-linalg-to-loops)",
+        "func.func(lower-affine)",
+        "convert-scf-to-cf",
+        "func.func(refback-expand-ops-for-llvm)",
+        "func.func(arith-expand)",
+        "func.func(convert-math-to-llvm)",
+        "convert-math-to-libm",
+        "expand-strided-metadata",
+        "finalize-memref-to-llvm",
+        "lower-affine",
+        "convert-scf-to-cf",
+        "convert-bufferization-to-memref",
+        "finalize-memref-to-llvm",
+        "func.func(convert-arith-to-llvm)",
+        "convert-vector-to-llvm",
+        "convert-func-to-llvm",
+        "convert-cf-to-llvm",
+        "convert-complex-to-llvm",
+        "reconcile-unrealized-casts",
+    ),
+)
+
+LOWERING_PIPELINE = _pipeline(_BUFFERIZE.passes + _MUNGE.passes + _TO_LLVM.passes)
+"""The whole lowering, linalg-on-tensors to LLVM dialect, as one pipeline."""
+
+
+class TensorSpec(NamedTuple):
+    """One argument or result: shape (-1 for a dynamic dim) and numpy dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __str__(self) -> str:
+        dims = ",".join("?" if d == -1 else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+
+class FunctionSignature(NamedTuple):
+    args: list[TensorSpec]
+    results: list[TensorSpec]
+
+
+# ---------------------------------------------------------------------------
+# compile side
+# ---------------------------------------------------------------------------
+
+
+def _tensor_spec(type_: ir.Type) -> TensorSpec | None:
+    """The spec of a dense ranked tensor of a supported dtype, else None."""
+    if not isinstance(type_, ir.RankedTensorType) or type_.encoding is not None:
+        return None
+    dtype = _DTYPES.get(str(type_.element_type))
+    if dtype is None:
+        return None
+    dynamic = ir.ShapedType.get_dynamic_size()
+    return TensorSpec(tuple(-1 if d == dynamic else d for d in type_.shape), dtype)
+
+
+def _public_functions(module: ir.Module) -> list[ir.OpView]:
+    """Defined, non-private ``func.func`` ops: those munge exposes."""
+    return [
+        op
+        for op in module.body.operations
+        if op.operation.name == "func.func"
+        and "sym_visibility" not in op.attributes
+        and len(op.regions[0].blocks) > 0
+    ]
+
+
+def _function_type(func: ir.OpView) -> ir.FunctionType:
+    return ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+
+
+def _symbol_name(func: ir.OpView) -> str:
+    return ir.StringAttr(func.attributes["sym_name"]).value
+
+
+def _read_signatures(module: ir.Module) -> dict[str, FunctionSignature]:
+    """Signatures of the public functions; unsupported types are a stage error."""
+    signatures, problems = {}, []
+    for func in _public_functions(module):
+        name, ftype = _symbol_name(func), _function_type(func)
+        specs = {}
+        for kind, types in (("argument", ftype.inputs), ("result", ftype.results)):
+            specs[kind] = [_tensor_spec(t) for t in types]
+            problems += [
+                f"{func.location}: @{name} {kind} {i} has type {t}"
+                for i, (t, spec) in enumerate(zip(types, specs[kind]))
+                if spec is None
+            ]
+        signatures[name] = FunctionSignature(specs["argument"], specs["result"])
+    if problems:
+        expected = "expected dense ranked tensors of " + ", ".join(_DTYPES)
+        raise CompileStageError(
+            "refbackend-signature",
+            "\n".join(problems + [f"{expected} (is the module at linalg-on-tensors level?)"]),
+        )
+    return signatures
+
+
+def _asm(module: ir.Module) -> str:
+    return module.operation.get_asm(enable_debug_info=True)
+
+
+def _run_stage(module: ir.Module, stage: _Stage) -> None:
+    """Run one stage in place; on failure save its input and raise."""
+    stage_input = _asm(module)
+    try:
+        PassManager.parse(stage.pipeline, context=module.context).run(module.operation)
+    except ir.MLIRError as exc:
+        repro = repro_command(stage.name, stage_input, stage.pipeline)
+        raise CompileStageError(stage.name, str(exc), repro) from exc
+
+
+def _consume_declarations(module: ir.Module) -> dict[str, list[np.dtype]]:
+    """Result-consuming callbacks that munge declared: name -> result dtypes."""
+    declarations = {}
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and _symbol_name(op).startswith(_CONSUME_PREFIX):
+            inputs = _function_type(op).inputs
+            declarations[_symbol_name(op)] = [_DTYPES[str(t.element_type)] for t in inputs]
+    return declarations
+
+
+def _create_engine(module: ir.Module, opt_level: int) -> ExecutionEngine:
+    try:
+        return ExecutionEngine(module, opt_level=opt_level)
+    except RuntimeError as exc:
+        path = save_stage_input("refbackend-jit", _asm(module))
+        raise CompileStageError(
+            "refbackend-jit", str(exc), f"mlir-translate --mlir-to-llvmir {shlex.quote(path)}"
+        ) from exc
+
+
+# ---------------------------------------------------------------------------
+# run side
+# ---------------------------------------------------------------------------
+
+
+class _ResultSlot:
+    """Where a consume callback leaves the results of the running call."""
+
+    def __init__(self) -> None:
+        self.values: tuple[np.ndarray, ...] | None = None
+        self.error: Exception | None = None
+
+    def take(self, function: str) -> tuple[np.ndarray, ...]:
+        values, error = self.values, self.error
+        self.values = self.error = None
+        if values is None:
+            raise RuntimeError(f"@{function} returned without passing its results") from error
+        return values
+
+
+_MemRefPtr = ctypes.POINTER(UnrankedMemRefDescriptor)
+
+
+def _make_consumer(dtypes: Sequence[np.dtype], slot: _ResultSlot) -> Callable:
+    """A C callback taking one unranked memref per result; copies them into ``slot``."""
+
+    def consume(*memrefs: _MemRefPtr) -> None:
+        try:
+            slot.values = tuple(
+                np.array(unranked_memref_to_numpy(m, dt), copy=True) for m, dt in zip(memrefs, dtypes)
+            )
+        except Exception as exc:  # noqa: BLE001  ctypes would swallow it; invoke re-raises
+            slot.error = exc
+
+    return ctypes.CFUNCTYPE(None, *[_MemRefPtr] * len(dtypes))(consume)
+
+
+def _check_argument(function: str, index: int, spec: TensorSpec, arg: object) -> np.ndarray:
+    """``arg`` as a C-ordered array, if it fits ``spec``."""
+    if not isinstance(arg, (np.ndarray, np.generic)):
+        raise RuntimeInvocationError(
+            f"@{function} argument {index}: expected a numpy array {spec}, got {type(arg).__name__}"
+        )
+    array = np.asarray(arg, order="C")  # not ascontiguousarray: it turns rank 0 into rank 1
+    fits = (
+        array.dtype == spec.dtype
+        and array.ndim == len(spec.shape)
+        and all(want in (-1, got) for want, got in zip(spec.shape, array.shape))
+    )
+    if not fits:
+        got = TensorSpec(array.shape, array.dtype)
+        raise RuntimeInvocationError(f"@{function} argument {index}: expected {spec}, got {got}")
+    return array
+
+
+def _check_arguments(function: str, specs: list[TensorSpec], args: tuple) -> list[np.ndarray]:
+    if len(args) != len(specs):
+        expected = ", ".join(map(str, specs))
+        raise RuntimeInvocationError(
+            f"@{function}: expected {len(specs)} arguments ({expected}), got {len(args)}"
+        )
+    return [_check_argument(function, i, spec, arg) for i, (spec, arg) in enumerate(zip(specs, args))]
+
+
+class CompiledModule:
+    """A module JIT-compiled by :class:`RefBackend`; call its public functions."""
+
+    def __init__(
+        self,
+        engine: ExecutionEngine,
+        signatures: dict[str, FunctionSignature],
+        consumers: dict[str, list[np.dtype]],
+    ) -> None:
+        self._engine = engine
+        self._signatures = signatures
+        self._slot = _ResultSlot()
+        self._lock = threading.Lock()
+        # Registered before the first lookup; kept referenced as long as the engine.
+        self._callbacks = {name: _make_consumer(dtypes, self._slot) for name, dtypes in consumers.items()}
+        for name, callback in self._callbacks.items():
+            engine.register_runtime(name, callback)
+
+    def signature(self, function: str) -> FunctionSignature:
+        """``(args, results)``: lists of ``(shape, dtype)``, -1 for a dynamic dim."""
+        if function not in self._signatures:
+            raise RuntimeInvocationError(
+                f"no public function @{function}; the module has: {', '.join(self._signatures)}"
+            )
+        return self._signatures[function]
+
+    def invoke(self, function: str, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Call ``function``; the results are always a tuple of fresh arrays."""
+        arrays = _check_arguments(function, self.signature(function).args, args)
+        # The descriptors point into ``arrays``, which stays referenced until the call returns.
+        pointers = [ctypes.pointer(ctypes.pointer(get_unranked_memref_descriptor(a))) for a in arrays]
+        with self._lock:
+            self._engine.invoke(function, *pointers)
+            return self._slot.take(function)
+
+
+class RefBackend:
+    """Compiles linalg-on-tensors modules for the in-process ExecutionEngine.
+
+    ``opt_level`` is LLVM's optimisation level (0-3). ``threads`` is accepted
+    for interface parity with other backends and only recorded: the generated
+    code is single-threaded.
+    """
+
+    def __init__(self, opt_level: int = 2, threads: int | None = None) -> None:
+        if opt_level not in (0, 1, 2, 3):
+            raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level}")
+        self.opt_level = opt_level
+        self.threads = threads
+
+    def compile(self, module: ir.Module) -> CompiledModule:
+        """Lower a copy of ``module`` (the caller's module is left as it was) and JIT it."""
+        signatures = _read_signatures(module)
+        lowered = ir.Module.parse(_asm(module), context=module.context)
+        _run_stage(lowered, _BUFFERIZE)
+        _run_stage(lowered, _MUNGE)
+        consumers = _consume_declarations(lowered)
+        _run_stage(lowered, _TO_LLVM)
+        return CompiledModule(_create_engine(lowered, self.opt_level), signatures, consumers)

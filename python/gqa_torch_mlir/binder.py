@@ -1,0 +1,112 @@
+"""Reads an imported ``torch.operator "onnx.<Op>"`` by ONNX slot and attribute name.
+
+Optional ONNX inputs reach the op in two forms: an empty name in the middle
+becomes a ``!torch.none`` operand, and trailing unused slots may be dropped.
+Both read as absent here, so a lowering never counts operands.  Attributes
+are ``torch.onnx.<name>`` on the op; each getter takes the ONNX default.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from .builder import Tensor, parse_vtensor_type
+from .registry import Refusal
+
+_MISSING = object()
+ATTR_PREFIX = "torch.onnx."
+
+
+class OpBinder:
+    """Slot- and name-based access to one ``torch.operator``."""
+
+    def __init__(self, op, ir_module):
+        self.op = op.operation if hasattr(op, "operation") else op
+        self.ir = ir_module
+
+    @property
+    def location(self):
+        return self.op.location
+
+    # -- inputs -------------------------------------------------------------
+    def has_input(self, slot: int) -> bool:
+        operands = self.op.operands
+        return slot < len(operands) and str(operands[slot].type) != "!torch.none"
+
+    def num_input_slots(self) -> int:
+        return len(self.op.operands)
+
+    def tensor(self, slot: int, name: str, required: bool = False) -> Optional[Tensor]:
+        """Input ``slot`` as a :class:`Tensor`; None when absent (Refusal if required)."""
+        if not self.has_input(slot):
+            if required:
+                raise Refusal("is required but absent", f"input {slot} '{name}'")
+            return None
+        value = self.op.operands[slot]
+        parsed = parse_vtensor_type(str(value.type))
+        if parsed is None:
+            raise Refusal(f"must be a ranked tensor, got {value.type}", f"input {slot} '{name}'")
+        return Tensor(value, *parsed)
+
+    # -- outputs ------------------------------------------------------------
+    @property
+    def num_results(self) -> int:
+        return len(self.op.results)
+
+    def result_type_text(self, i: int) -> str:
+        return str(self.op.results[i].type)
+
+    def result_is_used(self, i: int) -> bool:
+        """False when result ``i`` has no uses (its value may be left unbuilt)."""
+        return any(True for _ in self.op.results[i].uses)
+
+    # -- attributes ---------------------------------------------------------
+    def attribute_names(self) -> Sequence[str]:
+        """ONNX attribute names present on the op (without the prefix)."""
+        return [a[len(ATTR_PREFIX) :] for a in self._attr_keys() if a.startswith(ATTR_PREFIX)]
+
+    def _attr_keys(self):
+        # Newer bindings iterate names, older ones NamedAttributes.
+        return [getattr(a, "name", a) for a in self.op.attributes]
+
+    def _raw(self, name: str):
+        key = ATTR_PREFIX + name
+        return self.op.attributes[key] if key in self.op.attributes else None
+
+    def attr_int(self, name: str, default=_MISSING) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return self._default(name, default)
+        try:
+            return int(self.ir.IntegerAttr(raw).value)
+        except (ValueError, TypeError):
+            raise Refusal(f"must be an integer, got {raw}", f"attribute '{name}'") from None
+
+    def attr_float(self, name: str, default=_MISSING) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return self._default(name, default)
+        try:
+            value = float(self.ir.FloatAttr(raw).value)
+        except (ValueError, TypeError):
+            raise Refusal(f"must be a float, got {raw}", f"attribute '{name}'") from None
+        return value
+
+    def attr_str(self, name: str, default=_MISSING) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return self._default(name, default)
+        try:
+            return str(self.ir.StringAttr(raw).value)
+        except (ValueError, TypeError):
+            raise Refusal(f"must be a string, got {raw}", f"attribute '{name}'") from None
+
+    def has_attr(self, name: str) -> bool:
+        return self._raw(name) is not None
+
+    @staticmethod
+    def _default(name: str, default):
+        if default is _MISSING:
+            raise Refusal("is required but absent", f"attribute '{name}'")
+        return default
+

@@ -1,0 +1,351 @@
+"""A bindings-agnostic builder for torch-dialect ops.
+
+Every op is made with the generic ``Operation.create`` and types are parsed
+from their textual form, so the same code runs on any MLIR Python bindings
+instance that has the torch dialect loaded: torch-mlir's wheel (which ships
+op classes) and IREE's compiler (which does not).  The ``ir`` module in use is
+taken from the op being rewritten, never imported here.
+
+Shapes are tracked in Python: a :class:`Tensor` carries its value, its dims
+(``int`` when static, ``None`` when dynamic) and its torch element type
+(``"f32"``, ``"f16"``, ``"si64"``, ...).  Each builder method computes the exact
+result type of the op it emits; unknown dims stay ``?``.  A :data:`Dim` is a
+Python ``int`` when static or an SSA ``!torch.int`` value when dynamic:
+:meth:`TorchBuilder.size` emits ``aten.size.int`` only for dynamic dims.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+# The torch dtype codes (c10::ScalarType) of the element types we emit.
+DTYPE_CODES = {"f16": 5, "f32": 6, "f64": 7, "bf16": 15, "si64": 4, "si32": 3, "i1": 11}
+FLOAT_DTYPES = ("f16", "f32", "f64", "bf16")
+
+_VTENSOR_RE = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An SSA value of type ``!torch.vtensor`` with its shape known in Python."""
+
+    value: Any
+    shape: tuple  # of Optional[int]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def dim(self, i: int) -> Optional[int]:
+        return self.shape[i]
+
+    @staticmethod
+    def of(value) -> "Tensor":
+        """Wrap ``value``; raises ValueError unless it is a ranked vtensor."""
+        parsed = parse_vtensor_type(str(value.type))
+        if parsed is None:
+            raise ValueError(f"expected a ranked !torch.vtensor, got {value.type}")
+        return Tensor(value, *parsed)
+
+
+Dim = Union[int, Any]  # int when static, an SSA !torch.int value when dynamic
+
+
+def parse_vtensor_type(text: str):
+    """``'!torch.vtensor<[?,2],f32>'`` -> ``((None, 2), 'f32')``; None if unranked."""
+    m = _VTENSOR_RE.match(text.strip())
+    if not m:
+        return None
+    dims = m.group(1).strip()
+    shape = tuple(None if d.strip() == "?" else int(d) for d in dims.split(",")) if dims else ()
+    return shape, m.group(2)
+
+
+def vtensor_type_text(shape: Sequence[Optional[int]], dtype: str) -> str:
+    dims = ",".join("?" if d is None else str(d) for d in shape)
+    return f"!torch.vtensor<[{dims}],{dtype}>"
+
+
+def broadcast_shapes(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> tuple:
+    """Numpy broadcasting over dims that may be unknown (None)."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == 1:
+            out.append(y)
+        elif y == 1 or x == y:
+            out.append(x)
+        elif x is None:
+            out.append(y)
+        elif y is None:
+            out.append(x)
+        else:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(out)
+
+
+class TypeCache:
+    """Parsed types of one MLIRContext, keyed by their text."""
+
+    def __init__(self, ir_module, context):
+        self.ir = ir_module
+        self.context = context
+        self._types = {}
+
+    def get(self, text: str):
+        t = self._types.get(text)
+        if t is None:
+            t = self.ir.Type.parse(text, self.context)
+            self._types[text] = t
+        return t
+
+
+class TorchBuilder:
+    """Emits torch ops before an insertion point, at one location.
+
+    ``ir`` is the bindings' ``ir`` module (torch-mlir's or IREE's), ``ip`` an
+    ``InsertionPoint``.  Constants are cached so one lowering emits each once.
+    """
+
+    def __init__(self, ir_module, types: TypeCache, ip, loc):
+        self.ir = ir_module
+        self.types = types
+        self.ip = ip
+        self.loc = loc
+        self._consts = {}
+
+    # -- generic creation ---------------------------------------------------
+    def op(self, name: str, operands: Sequence[Any], result_types: Sequence[str], attributes=None):
+        """Create op ``name``; ``result_types`` are type texts. Returns its results."""
+        op = self.ir.Operation.create(
+            name,
+            results=[self.types.get(t) for t in result_types],
+            operands=list(operands),
+            attributes=attributes or {},
+            loc=self.loc,
+            ip=self.ip,
+        )
+        return op.results
+
+    def tensor_op(self, name: str, operands, shape, dtype: str, attributes=None) -> Tensor:
+        """Create an op with one vtensor result of the given shape and dtype."""
+        (res,) = self.op(name, operands, [vtensor_type_text(shape, dtype)], attributes)
+        return Tensor(res, tuple(shape), dtype)
+
+    # -- scalar constants ---------------------------------------------------
+    def _cached(self, key, make):
+        if key not in self._consts:
+            self._consts[key] = make()
+        return self._consts[key]
+
+    def int(self, v: int):
+        ir = self.ir
+        attr = lambda: ir.IntegerAttr.get(ir.IntegerType.get_signless(64, self.types.context), int(v))
+        return self._cached(("int", int(v)), lambda: self.op("torch.constant.int", [], ["!torch.int"], {"value": attr()})[0])
+
+    def float(self, v: float):
+        ir = self.ir
+        attr = lambda: ir.FloatAttr.get(ir.F64Type.get(self.types.context), float(v))
+        key = ("float", repr(float(v)))
+        return self._cached(key, lambda: self.op("torch.constant.float", [], ["!torch.float"], {"value": attr()})[0])
+
+    def bool(self, v: bool):
+        attr = lambda: self.ir.BoolAttr.get(bool(v), self.types.context)
+        return self._cached(("bool", bool(v)), lambda: self.op("torch.constant.bool", [], ["!torch.bool"], {"value": attr()})[0])
+
+    def none(self):
+        return self._cached(("none",), lambda: self.op("torch.constant.none", [], ["!torch.none"])[0])
+
+    def dim_value(self, d: Dim):
+        """A Dim as an SSA !torch.int (a constant when static)."""
+        return self.int(d) if isinstance(d, int) else d
+
+    def int_list(self, dims: Sequence[Dim]):
+        vals = [self.dim_value(d) for d in dims]
+        return self.op("torch.prim.ListConstruct", vals, ["!torch.list<int>"])[0]
+
+    def tensor_list(self, tensors: Sequence[Tensor], optional: bool = False):
+        elem = "optional<vtensor>" if optional else "vtensor"
+        return self.op("torch.prim.ListConstruct", [t.value for t in tensors], [f"!torch.list<{elem}>"])[0]
+
+    # -- dims ---------------------------------------------------------------
+    def size(self, t: Tensor, d: int) -> Dim:
+        """Dim ``d`` of ``t``: a Python int when static, else ``aten.size.int``."""
+        if t.shape[d] is not None:
+            return t.shape[d]
+        key = ("size", t.value, d)
+        return self._cached(key, lambda: self.op("torch.aten.size.int", [t.value, self.int(d)], ["!torch.int"])[0])
+
+    def dim_add(self, a: Dim, b: Dim) -> Dim:
+        """a + b: folded when both are static, ``aten.add.int`` otherwise."""
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        return self.op("torch.aten.add.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    def dim_sub(self, a: Dim, b: Dim) -> Dim:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        return self.op("torch.aten.sub.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    @staticmethod
+    def static(d: Dim) -> Optional[int]:
+        return d if isinstance(d, int) else None
+
+    # -- shape ops ----------------------------------------------------------
+    def unflatten(self, t: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split ``dim`` into static ``sizes``: [.., a*b, ..] -> [.., a, b, ..]."""
+        shape = t.shape[:dim] + tuple(sizes) + t.shape[dim + 1 :]
+        return self.tensor_op("torch.aten.unflatten.int", [t.value, self.int(dim), self.int_list(sizes)], shape, t.dtype)
+
+    def flatten(self, t: Tensor, start: int, end: int) -> Tensor:
+        """Merge dims [start, end] into one."""
+        merged = t.shape[start : end + 1]
+        size = None if None in merged else math.prod(merged)
+        shape = t.shape[:start] + (size,) + t.shape[end + 1 :]
+        return self.tensor_op("torch.aten.flatten.using_ints", [t.value, self.int(start), self.int(end)], shape, t.dtype)
+
+    def transpose(self, t: Tensor, d0: int, d1: int) -> Tensor:
+        shape = list(t.shape)
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+        return self.tensor_op("torch.aten.transpose.int", [t.value, self.int(d0), self.int(d1)], shape, t.dtype)
+
+    def unsqueeze(self, t: Tensor, dim: int) -> Tensor:
+        dim = dim if dim >= 0 else dim + t.rank + 1
+        shape = t.shape[:dim] + (1,) + t.shape[dim:]
+        return self.tensor_op("torch.aten.unsqueeze", [t.value, self.int(dim)], shape, t.dtype)
+
+    def expand(self, t: Tensor, sizes: Sequence[int]) -> Tensor:
+        """Broadcast to static ``sizes``; -1 keeps that dim of ``t``."""
+        shape = tuple(t.shape[i] if s == -1 else s for i, s in enumerate(sizes))
+        return self.tensor_op("torch.aten.expand", [t.value, self.int_list(sizes), self.bool(False)], shape, t.dtype)
+
+    def slice(self, t: Tensor, dim: int, start: int, end: int) -> Tensor:
+        """``t[..., start:end, ...]`` on ``dim`` with static bounds."""
+        shape = list(t.shape)
+        if shape[dim] is not None:
+            shape[dim] = len(range(*slice(start, end).indices(shape[dim])))
+        elif start >= 0 and end >= start:
+            shape[dim] = end - start if end < 2**62 else None
+        return self.tensor_op(
+            "torch.aten.slice.Tensor",
+            [t.value, self.int(dim), self.int(start), self.int(end), self.int(1)],
+            shape,
+            t.dtype,
+        )
+
+    def pad_dim_end(self, t: Tensor, dim: int, amount: Dim, value: float = 0.0) -> Tensor:
+        """``constant_pad_nd`` appending ``amount`` entries of ``value`` to ``dim``."""
+        pads = []
+        for d in reversed(range(t.rank)):
+            pads += [0, amount if d == dim else 0]
+        last = max(i for i, p in enumerate(pads) if not (isinstance(p, int) and p == 0))
+        shape = list(t.shape)
+        both_static = t.shape[dim] is not None and isinstance(amount, int)
+        shape[dim] = t.shape[dim] + amount if both_static else None
+        return self.tensor_op(
+            "torch.aten.constant_pad_nd", [t.value, self.int_list(pads[: last + 1]), self.float(value)], shape, t.dtype
+        )
+
+    def cat(self, tensors: Sequence[Tensor], dim: int) -> Tensor:
+        sizes = [t.shape[dim] for t in tensors]
+        shape = list(tensors[0].shape)
+        shape[dim] = None if None in sizes else sum(sizes)
+        for i in range(len(shape)):
+            if i != dim:
+                known = [t.shape[i] for t in tensors if t.shape[i] is not None]
+                shape[i] = known[0] if known else None
+        return self.tensor_op("torch.aten.cat", [self.tensor_list(tensors), self.int(dim)], shape, tensors[0].dtype)
+
+    # -- data ops -----------------------------------------------------------
+    def to_dtype(self, t: Tensor, dtype: str) -> Tensor:
+        if t.dtype == dtype:
+            return t
+        f = self.bool(False)
+        operands = [t.value, self.int(DTYPE_CODES[dtype]), f, f, self.none()]
+        return self.tensor_op("torch.aten.to.dtype", operands, t.shape, dtype)
+
+    def arange(self, end: Dim, dtype: str = "si64") -> Tensor:
+        """``[0, 1, ..., end-1]`` as a 1-D tensor."""
+        n = self.none()
+        operands = [self.dim_value(end), self.int(DTYPE_CODES[dtype]), n, n, n]
+        return self.tensor_op("torch.aten.arange", operands, (self.static(end),), dtype)
+
+    def add_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        """``t + scalar`` with an int scalar (static or a !torch.int value)."""
+        return self.tensor_op("torch.aten.add.Scalar", [t.value, self.dim_value(scalar), self.int(1)], t.shape, t.dtype)
+
+    def mul_scalar(self, t: Tensor, scalar: float) -> Tensor:
+        return self.tensor_op("torch.aten.mul.Scalar", [t.value, self.float(scalar)], t.shape, t.dtype)
+
+    def _binary(self, name: str, a: Tensor, b: Tensor, dtype: str, extra=()) -> Tensor:
+        shape = broadcast_shapes(a.shape, b.shape)
+        return self.tensor_op(name, [a.value, b.value, *extra], shape, dtype)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.add.Tensor", a, b, a.dtype, [self.int(1)])
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.sub.Tensor", a, b, a.dtype, [self.int(1)])
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.mul.Tensor", a, b, a.dtype)
+
+    def le(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.le.Tensor", a, b, "i1")
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.minimum", a, b, a.dtype)
+
+    def eq_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        """``t == scalar`` (an int, static or a !torch.int value) as i1."""
+        return self.tensor_op("torch.aten.eq.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
+
+    def where_int_else(self, cond: Tensor, if_true: int, other: Tensor) -> Tensor:
+        """``where(cond, if_true, other)`` with an int scalar for the true branch."""
+        shape = broadcast_shapes(cond.shape, other.shape)
+        return self.tensor_op("torch.aten.where.ScalarSelf", [cond.value, self.int(if_true), other.value], shape, other.dtype)
+
+    def where_scalars(self, cond: Tensor, if_true: float, if_false: float, dtype: str) -> Tensor:
+        """``where(cond, if_true, if_false)`` with float scalars, as ``dtype``."""
+        operands = [cond.value, self.float(if_true), self.float(if_false)]
+        return self.tensor_op("torch.aten.where.Scalar", operands, cond.shape, dtype)
+
+    def gather_rows(self, table: Tensor, index: Tensor) -> Tensor:
+        """``table[index]`` on dim 0: [N, R] indexed by [...] -> [..., R]."""
+        shape = index.shape + table.shape[1:]
+        indices = self.tensor_list([index], optional=True)
+        return self.tensor_op("torch.aten.index.Tensor", [table.value, indices], shape, table.dtype)
+
+    def scatter_src(self, t: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.scatter.src", [t.value, self.int(dim), index.value, src.value], t.shape, t.dtype)
+
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], enable_gqa: bool) -> Tensor:
+        """``scaled_dot_product_attention`` with its default scale 1/sqrt(Dh).
+
+        No explicit scale is passed: torch-mlir's linalg lowering drops it.
+        Callers fold any other scale into the query instead.
+        """
+        operands = [
+            q.value,
+            k.value,
+            v.value,
+            mask.value if mask is not None else self.none(),
+            self.float(0.0),
+            self.bool(False),
+            self.none(),
+            self.bool(enable_gqa),
+        ]
+        shape = q.shape[:-1] + v.shape[-1:]
+        return self.tensor_op("torch.aten.scaled_dot_product_attention", operands, shape, q.dtype)
+
+    def static_info_cast(self, t: Tensor, type_text: str):
+        """Cast to another shape refinement of the same tensor (e.g. an op's declared result type)."""
+        if vtensor_type_text(t.shape, t.dtype) == type_text:
+            return t.value
+        return self.op("torch.tensor_static_info_cast", [t.value], [type_text])[0]

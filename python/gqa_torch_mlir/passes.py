@@ -1,0 +1,127 @@
+"""The ``convert-onnx-gqa-to-torch`` pass: registered ONNX lowerings as MLIR rewrite patterns.
+
+One pattern roots on ``torch.operator`` and dispatches on its ``name``
+attribute through the :mod:`registry`.  It is applied with the walk-based
+driver (ops that Python patterns create are not revisited, llvm-project
+#163694, and need not be).  An op whose lowering refuses is left in place and
+reported as an error at its location with the reason; the pass then fails.
+It must run before torch-mlir's ``convert-torch-onnx-to-torch``, whose own
+C++ GroupQueryAttention lowering must never see the op.
+
+The bindings are taken from the op handed to the pass, so the same pass runs
+inside torch-mlir's and IREE's Python bindings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import List, Optional
+
+from . import patterns as _patterns  # noqa: F401  (registers the lowerings)
+from .binder import OpBinder
+from .builder import TorchBuilder, TypeCache
+from .errors import LoweringError
+from .registry import REGISTRY, Refusal, Registry
+
+PASS_ARGUMENT = "convert-onnx-gqa-to-torch"
+PASS_NAME = "ConvertOnnxGqaToTorch"
+PASS_DESCRIPTION = "Lower onnx.GroupQueryAttention (and other registered ONNX ops) to torch-dialect ops"
+
+
+@dataclass
+class RefusedOp:
+    location: object
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}"
+
+
+def bindings_of(op):
+    """The ``(ir, rewrite)`` modules of the bindings ``op`` comes from."""
+    ir = sys.modules[type(op.operation).__module__]
+    package = ir.__name__.rsplit(".", 1)[0]
+    return ir, importlib.import_module(package + ".rewrite")
+
+
+def _opset_lookup(ir, op):
+    """``domain -> opset`` read from the enclosing function's ONNX metadata."""
+    parent = op.parent
+    while parent is not None and "torch.onnx_meta.opset_version" not in parent.attributes:
+        parent = parent.parent
+    if parent is None:
+        return lambda domain: None
+    attrs = parent.attributes
+    default = int(ir.IntegerAttr(attrs["torch.onnx_meta.opset_version"]).value)
+    others = {}
+    if "torch.onnx_meta.opset_versions" in attrs:
+        d = ir.DictAttr(attrs["torch.onnx_meta.opset_versions"])
+        for i in range(len(d)):
+            named = d[i]
+            others[named.name] = int(ir.IntegerAttr(named.attr).value)
+
+    def opset_of(domain: str) -> Optional[int]:
+        return default if domain == "" else others.get(domain, default)
+
+    return opset_of
+
+
+def apply_lowerings(root, registry: Registry = REGISTRY) -> List[RefusedOp]:
+    """Lower every registered ``torch.operator`` under ``root``; return the refusals."""
+    root = root.operation
+    ir, rewrite = bindings_of(root)
+    types = TypeCache(ir, root.context)
+    refused: List[RefusedOp] = []
+
+    def pattern(op, rewriter):
+        op = op.operation
+        name = ir.StringAttr(op.attributes["name"]).value
+        lowering = registry.lookup(name, _opset_lookup(ir, op))
+        if lowering is None:
+            return True
+        try:
+            builder = TorchBuilder(ir, types, rewriter.ip, op.location)
+            with op.location:  # default location and context for attribute builders
+                result = lowering.fn(OpBinder(op, ir), builder)
+            if isinstance(result, Refusal):
+                raise result
+        except Refusal as r:
+            refused.append(RefusedOp(op.location, r.message(lowering.label)))
+            return True
+        except Exception as e:  # a bug in a lowering must not take the process down
+            refused.append(RefusedOp(op.location, f"{lowering.label}: internal error in lowering: {type(e).__name__}: {e}"))
+            return True
+        rewriter.replace_op(op, list(result))
+        return None
+
+    patterns = rewrite.RewritePatternSet(root.context)
+    patterns.add("torch.operator", pattern)
+    rewrite.walk_and_apply_patterns(root, patterns.freeze())
+    return refused
+
+
+def run_pass(op, pass_) -> None:
+    """The pass body: lower, then report each refusal at its op and fail."""
+    try:
+        refused = apply_lowerings(op)
+    except Exception as e:  # never let a Python error escape into the pass manager
+        refused = [RefusedOp(op.location, f"{PASS_ARGUMENT}: internal error: {type(e).__name__}: {e}")]
+    for r in refused:
+        r.location.emit_error(r.message)
+    if refused:
+        pass_.signal_pass_failure()
+
+
+def add_pass(pm) -> None:
+    """Append ``convert-onnx-gqa-to-torch`` to a (module-anchored) PassManager."""
+    pm.add(run_pass, name=PASS_NAME, argument=PASS_ARGUMENT, description=PASS_DESCRIPTION)
+
+
+def lower_module(module, registry: Registry = REGISTRY) -> None:
+    """Python API: lower in place; raise :class:`LoweringError` listing every refusal."""
+    refused = apply_lowerings(module.operation, registry)
+    if refused:
+        lines = "\n".join(f"error: {r}" for r in refused)
+        raise LoweringError(f"{PASS_ARGUMENT} failed:\n{lines}", [str(r) for r in refused])

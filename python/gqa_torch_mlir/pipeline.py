@@ -1,0 +1,107 @@
+"""The Python compile pipeline: ONNX model -> torch-mlir module at a chosen level.
+
+Stages, each a PassManager run whose failure names the stage and gives a
+one-line command reproducing it on a saved copy of its input:
+
+  import               torch-mlir's ONNX importer (no onnx.checker: contrib ops pass)
+  convert-onnx-gqa-to-torch   our registered lowerings (must precede the next one)
+  torch                func.func(convert-torch-onnx-to-torch): every other ONNX op
+  torch-backend        torch-onnx-to-torch-backend-pipeline (backend contract)
+  linalg-on-tensors    torch-backend-to-linalg-on-tensors-backend-pipeline
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import onnx
+
+from .context import make_context
+from .errors import CompileStageError, GqaTorchMlirError
+from .passes import PASS_ARGUMENT, add_pass
+from .repro import repro_command
+
+OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
+
+# (stage name, textual pipeline elements or None for our Python pass, last output type it completes)
+STAGES = [
+    (PASS_ARGUMENT, None, None),
+    ("torch", "func.func(convert-torch-onnx-to-torch),canonicalize", "torch"),
+    ("torch-backend", "torch-onnx-to-torch-backend-pipeline", "torch-backend"),
+    ("linalg-on-tensors", "torch-backend-to-linalg-on-tensors-backend-pipeline", "linalg-on-tensors"),
+]
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+
+
+def load_model(model: ModelLike) -> onnx.ModelProto:
+    """A ModelProto from a path (external weights next to the file are loaded) or as given."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = Path(model)
+    if not path.is_file():
+        raise GqaTorchMlirError(f"no ONNX model at '{path}'")
+    try:
+        return onnx.load(str(path), load_external_data=True)
+    except Exception as e:  # protobuf decode errors, missing external data files
+        raise GqaTorchMlirError(f"cannot load ONNX model '{path}': {e}") from None
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference where it works; contrib ops it does not know are left as they are."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # models over 2 GB, or inference bugs: import what we have
+        return model
+
+
+def import_onnx(model: ModelLike, context=None):
+    """Import into a torch-dialect module with ``torch.operator "onnx.*"`` ops."""
+    from torch_mlir.extras import onnx_importer
+
+    proto = infer_shapes(load_model(model))
+    context = context or make_context()
+    try:
+        info = onnx_importer.ModelInfo(proto)
+        module = info.create_module(context=context)
+        onnx_importer.NodeImporter.define_function(info.main_graph, module.operation).import_all()
+    except Exception as e:
+        raise CompileStageError("import", f"{type(e).__name__}: {e}") from None
+    return module
+
+
+def compile(model: ModelLike, output_type: str = "linalg-on-tensors", context=None):
+    """Import ``model`` and lower it to ``output_type`` (one of :data:`OUTPUT_TYPES`)."""
+    if output_type not in OUTPUT_TYPES:
+        raise GqaTorchMlirError(f"output_type '{output_type}' is not one of {', '.join(OUTPUT_TYPES)}")
+    module = import_onnx(model, context)
+    lower(module, output_type)
+    return module
+
+
+def lower(module, output_type: str) -> None:
+    """Run the stages on an imported module, in place, up to ``output_type``."""
+    for stage, pipeline, completes in STAGES:
+        run_stage(module, stage, pipeline)
+        if completes == output_type:
+            return
+
+
+def run_stage(module, stage: str, pipeline: Optional[str]) -> None:
+    """One PassManager run; a failure raises CompileStageError with a repro command."""
+    from torch_mlir.passmanager import PassManager
+
+    with module.context:
+        input_asm = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
+        pm = PassManager("builtin.module")
+        if pipeline is None:
+            add_pass(pm)
+        else:
+            pm.add(pipeline)
+        try:
+            pm.run(module.operation)
+        except Exception as e:
+            full = PASS_ARGUMENT if pipeline is None else f"builtin.module({pipeline})"
+            raise CompileStageError(stage, str(e), repro_command(stage, input_asm, full)) from None

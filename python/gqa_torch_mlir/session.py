@@ -1,0 +1,132 @@
+"""``InferenceSession``: onnxruntime's calling conventions over our compile pipeline.
+
+    sess = gqa_torch_mlir.InferenceSession("model.onnx")
+    [out, present_key, present_value] = sess.run(None, {"query": q, ...})
+    sess.get_inputs()[0].name, .shape, .type
+
+The model is imported, lowered with the plugin to linalg-on-tensors and
+compiled by the reference backend (MLIR's ExecutionEngine) once, at
+construction.  ``run`` checks each feed's name, dtype and rank against the
+graph the way onnxruntime does, then executes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+
+from .errors import GqaTorchMlirError, RuntimeInvocationError
+from .pipeline import ModelLike, compile, load_model
+
+_ONNX_TO_NUMPY = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+_ONNX_TYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "tensor(float)",
+    onnx.TensorProto.FLOAT16: "tensor(float16)",
+    onnx.TensorProto.DOUBLE: "tensor(double)",
+    onnx.TensorProto.INT64: "tensor(int64)",
+    onnx.TensorProto.INT32: "tensor(int32)",
+    onnx.TensorProto.INT8: "tensor(int8)",
+    onnx.TensorProto.UINT8: "tensor(uint8)",
+    onnx.TensorProto.BOOL: "tensor(bool)",
+}
+
+BACKENDS = ("refbackend",)
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as onnxruntime describes it."""
+
+    name: str
+    shape: List[Union[int, str, None]]  # int, symbolic name, or None when unknown
+    type: str
+    elem_type: int
+
+
+def _node_args(values: Sequence[onnx.ValueInfoProto], skip=frozenset()) -> List[NodeArg]:
+    args = []
+    for vi in values:
+        if vi.name in skip:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        args.append(NodeArg(vi.name, shape, _ONNX_TYPE_NAMES.get(tt.elem_type, f"tensor({tt.elem_type})"), tt.elem_type))
+    return args
+
+
+class InferenceSession:
+    """Compile an ONNX model once; run it with onnxruntime's ``run`` signature.
+
+    ``backend`` is ``"refbackend"`` (the only one so far).  ``threads`` is
+    accepted for API parity and recorded: the refbackend runs on one thread.
+    """
+
+    def __init__(self, model: ModelLike, backend: str = "refbackend", threads: Optional[int] = None):
+        if backend not in BACKENDS:
+            raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
+        from .backends.refbackend import RefBackend
+
+        proto = load_model(model)
+        initializers = {init.name for init in proto.graph.initializer}
+        self._inputs = _node_args(proto.graph.input, skip=initializers)
+        self._outputs = _node_args(proto.graph.output)
+        module = compile(proto, "linalg-on-tensors")
+        self._compiled = RefBackend(threads=threads).compile(module)
+        self._function = _main_function_name(module)
+
+    def get_inputs(self) -> List[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> List[NodeArg]:
+        return list(self._outputs)
+
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, np.ndarray], run_options=None) -> List[np.ndarray]:
+        args = [self._feed(arg, input_feed) for arg in self._inputs]
+        unknown = set(input_feed) - {a.name for a in self._inputs}
+        if unknown:
+            raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(unknown))}")
+        results = dict(zip((o.name for o in self._outputs), self._compiled.invoke(self._function, *args)))
+        names = [o.name for o in self._outputs] if not output_names else list(output_names)
+        missing = [n for n in names if n not in results]
+        if missing:
+            raise RuntimeInvocationError(f"unknown output name(s): {', '.join(missing)}")
+        return [results[n] for n in names]
+
+    @staticmethod
+    def _feed(arg: NodeArg, feed: Dict[str, np.ndarray]) -> np.ndarray:
+        if arg.name not in feed:
+            raise RuntimeInvocationError(f"input '{arg.name}' is missing from the feed")
+        value = np.asarray(feed[arg.name])
+        want = _ONNX_TO_NUMPY.get(arg.elem_type)
+        if want is not None and value.dtype != want:
+            raise RuntimeInvocationError(f"input '{arg.name}': expected {arg.type}, got numpy {value.dtype}")
+        if len(arg.shape) != value.ndim:
+            raise RuntimeInvocationError(f"input '{arg.name}': expected rank {len(arg.shape)}, got shape {value.shape}")
+        for i, (d, n) in enumerate(zip(arg.shape, value.shape)):
+            if isinstance(d, int) and d > 0 and d != n:
+                raise RuntimeInvocationError(f"input '{arg.name}': dimension {i} must be {d}, got shape {value.shape}")
+        return value
+
+
+def _main_function_name(module) -> str:
+    """The module's public function (the imported ONNX graph)."""
+    from torch_mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
+            if vis is None or ir.StringAttr(vis).value == "public":
+                return ir.StringAttr(op.attributes["sym_name"]).value
+    raise GqaTorchMlirError("the compiled module has no public function")

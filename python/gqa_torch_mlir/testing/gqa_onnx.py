@@ -1,0 +1,467 @@
+"""One-node ONNX models of ``com.microsoft.GroupQueryAttention`` and an oracle.
+
+Builds a single-node ONNX model from a :class:`GQAConfig`, makes random inputs
+for it, runs onnxruntime's CPU provider as the reference ("oracle") and
+compares another implementation's outputs against onnxruntime's.
+
+Dimension letters used in names and docstrings:
+
+* ``B``   batch size
+* ``S``   new tokens this step (query / new key / new value sequence length)
+* ``P``   sequence length of the ``past_key``/``past_value`` inputs (may be 0)
+* ``T``   total sequence length after the step, ``P + S`` (present length)
+* ``H``   number of query heads (``num_heads``)
+* ``Hkv`` number of key/value heads (``kv_num_heads``)
+* ``G``   query heads per kv head, ``H // Hkv``
+* ``Dh``  head size
+* ``M``   rows of the rotary cos/sin caches (``rotary_cache_len``)
+
+Layouts (onnxruntime's): query ``[B,S,H*Dh]`` or packed QKV
+``[B,S,(H+2*Hkv)*Dh]``; key/value ``[B,S,Hkv*Dh]``; past/present key/value
+``[B,Hkv,P|T,Dh]``; cos/sin caches ``[M,Dh/2]``; ``seqlens_k`` int32 ``[B]``
+holding ``T_b - 1``; ``total_sequence_length`` an int32 scalar holding
+``max_b T_b``.
+
+Per batch row ``b`` only ``past_lens[b] <= P`` past rows are valid; the rest
+of the past buffer is filled with large random junk so an implementation that
+attends (or copies) them is caught by :func:`compare`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+__all__ = [
+    "GQAConfig",
+    "make_model",
+    "make_inputs",
+    "run_onnxruntime",
+    "compare",
+    "INPUT_SLOTS",
+]
+
+#: Input slot names of the op, in slot order (the first 12 slots).
+INPUT_SLOTS: tuple[str, ...] = (
+    "query",
+    "key",
+    "value",
+    "past_key",
+    "past_value",
+    "seqlens_k",
+    "total_sequence_length",
+    "cos_cache",
+    "sin_cache",
+    "position_ids",
+    "attention_bias",
+    "head_sink",
+)
+_CACHE_OUTPUTS = ("present_key", "present_value")
+_DTYPES = {"float32": np.float32, "float16": np.float16}
+_DEFAULT_TOL = {"float32": (1e-4, 1e-4), "float16": (2e-2, 2e-2)}
+_OPSET_DEFAULT = 21
+_OPSET_MS = 1
+_IR_VERSION = 10  # the IR version of opset 21; onnxruntime 1.32 accepts it
+_JUNK_SCALE = 100.0  # std-dev of the junk written into invalid past rows
+_ROPE_BASE = 10000.0
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class GQAConfig:
+    """Shape and feature choices for one GroupQueryAttention test case."""
+
+    batch: int = 1
+    seq: int = 1
+    past: int = 0
+    num_heads: int = 4
+    kv_num_heads: int = 2
+    head_size: int = 16
+    packed: bool = False
+    rotary: bool = False
+    rotary_cache_len: int | None = None
+    dtype: str = "float32"
+    dynamic: bool = False
+    past_lens: tuple[int, ...] | None = None
+    trailing_empty: bool = True
+
+    def __post_init__(self) -> None:
+        if self.past_lens is not None and not isinstance(self.past_lens, tuple):
+            object.__setattr__(self, "past_lens", tuple(int(n) for n in self.past_lens))
+        self._check_sizes()
+        self._check_past_lens()
+        self._check_rotary()
+        self._check_onnxruntime_case()
+
+    # -- validation --------------------------------------------------------
+
+    def _check_sizes(self) -> None:
+        for field in ("batch", "seq", "num_heads", "kv_num_heads", "head_size"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"GQAConfig.{field} must be >= 1, got {getattr(self, field)}")
+        if self.past < 0:
+            raise ValueError(f"GQAConfig.past must be >= 0, got {self.past}")
+        if self.num_heads % self.kv_num_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of kv_num_heads ({self.kv_num_heads})"
+            )
+        if self.head_size % 2:
+            raise ValueError(f"head_size must be even, got {self.head_size}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+    def _check_past_lens(self) -> None:
+        if self.past_lens is None:
+            return
+        if len(self.past_lens) != self.batch:
+            raise ValueError(
+                f"past_lens has {len(self.past_lens)} entries, expected batch={self.batch}"
+            )
+        bad = [n for n in self.past_lens if not 0 <= n <= self.past]
+        if bad:
+            raise ValueError(f"past_lens entries must lie in [0, past={self.past}], got {bad}")
+        if max(self.past_lens) != self.past:
+            raise ValueError(
+                f"at least one past_lens entry must equal past={self.past} "
+                f"(so total_sequence_length == past + seq), got {self.past_lens}"
+            )
+
+    def _check_rotary(self) -> None:
+        if self.rotary and self.max_seq < self.total:
+            raise ValueError(
+                f"rotary_cache_len ({self.max_seq}) must be >= past + seq ({self.total})"
+            )
+
+    def _check_onnxruntime_case(self) -> None:
+        # onnxruntime (without the query_seqlens input) treats S > 1 with past
+        # context as an interactive "subsequent prompt", which it only allows
+        # for batch 1 ("batch_size must be 1 when sequence_length > 1 and past
+        # context is given"); the oracle cannot run such configs.
+        if self.seq > 1 and self.past > 0 and self.batch > 1:
+            raise ValueError(
+                f"seq={self.seq} > 1 with past={self.past} > 0 needs batch == 1 "
+                f"(got batch={self.batch}): onnxruntime rejects multi-token steps "
+                "with past context for batch > 1"
+            )
+
+    # -- derived sizes -----------------------------------------------------
+
+    @property
+    def total(self) -> int:
+        """T = P + S: present length and total_sequence_length."""
+        return self.past + self.seq
+
+    @property
+    def max_seq(self) -> int:
+        """M: rows of the cos/sin caches."""
+        if self.rotary_cache_len is not None:
+            return self.rotary_cache_len
+        return self.past + self.seq + 8
+
+    @property
+    def group(self) -> int:
+        """G = H // Hkv."""
+        return self.num_heads // self.kv_num_heads
+
+    @property
+    def lens(self) -> tuple[int, ...]:
+        """Valid past rows per batch row (``past_lens`` with its default filled in)."""
+        return self.past_lens if self.past_lens is not None else (self.past,) * self.batch
+
+    @property
+    def seqlens_k(self) -> np.ndarray:
+        """int32 [B]: past_lens[b] + S - 1."""
+        return np.asarray([n + self.seq - 1 for n in self.lens], dtype=np.int32)
+
+    @property
+    def np_dtype(self) -> type:
+        return _DTYPES[self.dtype]
+
+    @property
+    def query_width(self) -> int:
+        """Last dim of the query input: H*Dh, or (H+2*Hkv)*Dh when packed."""
+        heads = self.num_heads + (2 * self.kv_num_heads if self.packed else 0)
+        return heads * self.head_size
+
+    @property
+    def name(self) -> str:
+        """Short id for pytest, e.g. ``b2_s3_p5_h4kv2_d16_packed_rot_f16_dyn``."""
+        parts = [
+            f"b{self.batch}_s{self.seq}_p{self.past}"
+            f"_h{self.num_heads}kv{self.kv_num_heads}_d{self.head_size}"
+        ]
+        if self.past_lens is not None and len(set(self.past_lens)) > 1:
+            parts.append("pl" + "-".join(map(str, self.past_lens)))
+        if self.packed:
+            parts.append("packed")
+        if self.rotary:
+            parts.append("rot" if self.rotary_cache_len is None else f"rot{self.max_seq}")
+        if self.dtype == "float16":
+            parts.append("f16")
+        if self.dynamic:
+            parts.append("dyn")
+        if not self.trailing_empty:
+            parts.append("notrail")
+        return "_".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Model construction
+# ---------------------------------------------------------------------------
+
+
+def _dims(cfg: GQAConfig) -> dict[str, Dim]:
+    """Graph I/O dims: numbers, or symbolic names when ``cfg.dynamic``."""
+    if cfg.dynamic:
+        return {"B": "batch", "S": "seq", "P": "past", "T": "total", "M": "max_seq"}
+    return {"B": cfg.batch, "S": cfg.seq, "P": cfg.past, "T": cfg.total, "M": cfg.max_seq}
+
+
+def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
+    d = _dims(cfg)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(cfg.np_dtype))
+    kv_width = cfg.kv_num_heads * cfg.head_size
+    cache_BHkvPDh = [d["B"], cfg.kv_num_heads, d["P"], cfg.head_size]
+    shapes: list[tuple[str, int, list[Dim]]] = [("query", elem, [d["B"], d["S"], cfg.query_width])]
+    if not cfg.packed:
+        shapes += [("key", elem, [d["B"], d["S"], kv_width]), ("value", elem, [d["B"], d["S"], kv_width])]
+    shapes += [
+        ("past_key", elem, cache_BHkvPDh),
+        ("past_value", elem, cache_BHkvPDh),
+        ("seqlens_k", TensorProto.INT32, [d["B"]]),
+        ("total_sequence_length", TensorProto.INT32, []),
+    ]
+    if cfg.rotary:
+        rot = [d["M"], cfg.head_size // 2]
+        shapes += [("cos_cache", elem, rot), ("sin_cache", elem, rot)]
+    return [helper.make_tensor_value_info(n, t, s) for n, t, s in shapes]
+
+
+def _graph_outputs(cfg: GQAConfig, with_qk: bool) -> list[onnx.ValueInfoProto]:
+    d = _dims(cfg)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(cfg.np_dtype))
+    cache_BHkvTDh = [d["B"], cfg.kv_num_heads, d["T"], cfg.head_size]
+    outs = [
+        helper.make_tensor_value_info("output", elem, [d["B"], d["S"], cfg.num_heads * cfg.head_size]),
+        helper.make_tensor_value_info("present_key", elem, cache_BHkvTDh),
+        helper.make_tensor_value_info("present_value", elem, cache_BHkvTDh),
+    ]
+    if with_qk:
+        qk_BHST = [d["B"], cfg.num_heads, d["S"], d["T"]]
+        outs.append(helper.make_tensor_value_info("output_qk", elem, qk_BHST))
+    return outs
+
+
+def _node_input_names(cfg: GQAConfig) -> list[str]:
+    """The node's 12 input slots, unused optional ones as "" (trailing ones dropped
+    unless ``cfg.trailing_empty``)."""
+    present = {"query", "past_key", "past_value", "seqlens_k", "total_sequence_length"}
+    if not cfg.packed:
+        present |= {"key", "value"}
+    if cfg.rotary:
+        present |= {"cos_cache", "sin_cache"}
+    names = [slot if slot in present else "" for slot in INPUT_SLOTS]
+    if not cfg.trailing_empty:
+        while names and names[-1] == "":
+            names.pop()
+    return names
+
+
+def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelProto:
+    """A one-node model: graph inputs/outputs named after the op's slots.
+
+    ``extra_attrs`` are added to (and override) the node attributes
+    ``num_heads``, ``kv_num_heads``, ``do_rotary`` (and ``rotary_interleaved=0``
+    when rotary). A non-zero ``qk_output`` attribute adds an ``output_qk`` output.
+    """
+    attrs: dict = {"num_heads": cfg.num_heads, "kv_num_heads": cfg.kv_num_heads, "do_rotary": int(cfg.rotary)}
+    if cfg.rotary:
+        attrs["rotary_interleaved"] = 0
+    attrs.update(extra_attrs or {})
+    with_qk = bool(attrs.get("qk_output", 0))
+    out_names = ["output", "present_key", "present_value"] + (["output_qk"] if with_qk else [])
+    node = helper.make_node(
+        "GroupQueryAttention",
+        _node_input_names(cfg),
+        out_names,
+        name="gqa",
+        domain="com.microsoft",
+        **attrs,
+    )
+    graph = helper.make_graph([node], f"gqa_{cfg.name}", _graph_inputs(cfg), _graph_outputs(cfg, with_qk))
+    opsets = [helper.make_opsetid("", _OPSET_DEFAULT), helper.make_opsetid("com.microsoft", _OPSET_MS)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="gqa_torch_mlir.testing")
+    model.ir_version = _IR_VERSION
+    return model
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+
+def rotary_caches(cfg: GQAConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Real rotary tables ``cos_MDh2``/``sin_MDh2``: angle = pos / 10000^(2i/Dh)."""
+    half = cfg.head_size // 2
+    inv_freq = 1.0 / _ROPE_BASE ** (2.0 * np.arange(half, dtype=np.float64) / cfg.head_size)
+    angle_MDh2 = np.outer(np.arange(cfg.max_seq, dtype=np.float64), inv_freq)
+    return np.cos(angle_MDh2).astype(cfg.np_dtype), np.sin(angle_MDh2).astype(cfg.np_dtype)
+
+
+def _past_cache(cfg: GQAConfig, rng: np.random.Generator) -> np.ndarray:
+    """past_BHkvPDh: normal values in rows [0, past_lens[b]), large junk after."""
+    shape = (cfg.batch, cfg.kv_num_heads, cfg.past, cfg.head_size)
+    past_BHkvPDh = rng.standard_normal(shape, dtype=np.float32)
+    junk_BHkvPDh = rng.standard_normal(shape, dtype=np.float32) * _JUNK_SCALE
+    for b, n in enumerate(cfg.lens):
+        past_BHkvPDh[b, :, n:] = junk_BHkvPDh[b, :, n:]
+    return past_BHkvPDh.astype(cfg.np_dtype)
+
+
+def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Feeds for :func:`make_model` keyed by graph input name.
+
+    A packed config gets the same logical q/k/v values as its unpacked twin
+    (same seed): the packed query is their concatenation along the last axis.
+    """
+    rng = np.random.default_rng(seed)
+    B, S, Dh = cfg.batch, cfg.seq, cfg.head_size
+    query_BSHDh = rng.standard_normal((B, S, cfg.num_heads * Dh), dtype=np.float32)
+    key_BSHkvDh = rng.standard_normal((B, S, cfg.kv_num_heads * Dh), dtype=np.float32)
+    value_BSHkvDh = rng.standard_normal((B, S, cfg.kv_num_heads * Dh), dtype=np.float32)
+    feeds: dict[str, np.ndarray] = {}
+    if cfg.packed:
+        feeds["query"] = np.concatenate([query_BSHDh, key_BSHkvDh, value_BSHkvDh], axis=-1)
+    else:
+        feeds.update(query=query_BSHDh, key=key_BSHkvDh, value=value_BSHkvDh)
+    feeds = {k: v.astype(cfg.np_dtype) for k, v in feeds.items()}
+    feeds["past_key"] = _past_cache(cfg, rng)
+    feeds["past_value"] = _past_cache(cfg, rng)
+    feeds["seqlens_k"] = cfg.seqlens_k
+    feeds["total_sequence_length"] = np.asarray(int(cfg.seqlens_k.max()) + 1, dtype=np.int32)
+    if cfg.rotary:
+        feeds["cos_cache"], feeds["sin_cache"] = rotary_caches(cfg)
+    return feeds
+
+
+# ---------------------------------------------------------------------------
+# Oracle
+# ---------------------------------------------------------------------------
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
+    """Run ``model`` on onnxruntime's CPU provider (1 intra-op thread, no graph
+    optimizations); returns outputs by name. Feeds not named by the graph are ignored."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+    results = sess.run(names, {k: np.asarray(v) for k, v in feeds.items() if k in wanted})
+    return dict(zip(names, results))
+
+
+# ---------------------------------------------------------------------------
+# Comparison
+# ---------------------------------------------------------------------------
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return "(" + ",".join(str(int(i)) for i in idx) + ")"
+
+
+def _mismatch(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> tuple[int, float, tuple[int, ...]] | None:
+    """None when close; else (number of bad elements, max |diff|, its index)."""
+    got32, want32 = got.astype(np.float32), want.astype(np.float32)
+    close = np.isclose(got32, want32, atol=atol, rtol=rtol, equal_nan=True)
+    if close.all():
+        return None
+    diff = np.abs(got32 - want32)
+    diff = np.where(np.isnan(diff) & ~close, np.inf, np.nan_to_num(diff, nan=0.0))
+    where = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    worst = float(np.abs(got32[where] - want32[where]))
+    return int((~close).sum()), worst, tuple(int(i) for i in where)
+
+
+def _describe(prefix: str, found: tuple[int, float, tuple[int, ...]], b: int, size: int) -> str:
+    """``found`` indexes the slice of batch row b; the message gives the full index."""
+    count, worst, where = found
+    return f"{prefix} max |diff| {worst:.4g} at {_fmt_index((b,) + where)} ({count} of {size} elements out of tolerance)"
+
+
+def _compare_output(name: str, got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> list[str]:
+    """All [B,S,...] rows, reported per batch row b."""
+    if got.shape != want.shape:
+        return [f"{name}: shape {tuple(got.shape)} != onnxruntime's {tuple(want.shape)}"]
+    msgs = []
+    for b in range(want.shape[0]):
+        found = _mismatch(got[b], want[b], atol, rtol)
+        if found:
+            msgs.append(_describe(f"{name}[b={b}]:", found, b, want[b].size))
+    return msgs
+
+
+def _cache_shape_problem(name: str, got: np.ndarray, want: np.ndarray, need: int) -> str | None:
+    if got.ndim != 4 or got.shape[:2] != want.shape[:2] or got.shape[3] != want.shape[3]:
+        return f"{name}: shape {tuple(got.shape)} incompatible with onnxruntime's {tuple(want.shape)} ([B,Hkv,T,Dh])"
+    if got.shape[2] < need:
+        return f"{name}: sequence axis has {got.shape[2]} rows, need at least {need} (max seqlens_k + 1); onnxruntime's shape {tuple(want.shape)}"
+    return None
+
+
+def _compare_cache(name: str, got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: float, rtol: float) -> list[str]:
+    """Per batch row b, only rows [0, seqlens_k[b]+1) along axis 2."""
+    need = int(seqlens_k.max()) + 1
+    problem = _cache_shape_problem(name, got, want, need)
+    if problem:
+        return [problem]
+    msgs = []
+    for b, last in enumerate(seqlens_k):
+        rows = int(last) + 1
+        found = _mismatch(got[b, :, :rows], want[b, :, :rows], atol, rtol)
+        if found:
+            size = want.shape[1] * rows * want.shape[3]
+            head = found[2][0]
+            msgs.append(_describe(f"{name}[b={b}]: rows [0,{rows}) head {head}", found, b, size))
+    return msgs
+
+
+def compare(
+    cfg: GQAConfig,
+    got: dict,
+    want: dict,
+    feeds: dict,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> list[str]:
+    """Human-readable mismatches of ``got`` against onnxruntime's ``want``; [] when matching.
+
+    ``output`` (and ``output_qk``) are compared whole, per batch row;
+    ``present_key``/``present_value`` only in rows [0, seqlens_k[b]+1) of each
+    batch row b, so ``got`` caches may be longer along axis 2 and hold anything
+    past the valid rows. Values are cast to float32 before comparing.
+    """
+    default_atol, default_rtol = _DEFAULT_TOL[cfg.dtype]
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    seqlens_k = np.asarray(feeds["seqlens_k"]).reshape(-1)
+    msgs: list[str] = []
+    for name, want_arr in want.items():
+        if name not in got or got[name] is None:
+            msgs.append(f"{name}: missing from the outputs (have {sorted(got)})")
+            continue
+        got_arr, want_arr = np.asarray(got[name]), np.asarray(want_arr)
+        if name in _CACHE_OUTPUTS:
+            msgs += _compare_cache(name, got_arr, want_arr, seqlens_k, atol, rtol)
+        else:
+            msgs += _compare_output(name, got_arr, want_arr, atol, rtol)
+    return msgs

@@ -1,0 +1,171 @@
+// RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
+
+// KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is padded
+// by S rows on the sequence axis, then scatter.src on dim 2 writes the new K/V
+// at past_len[b] + s. No aten.size.int: every dim is static.
+// CHECK-LABEL: func.func @kv_cache
+// CHECK-NOT:     torch.aten.size.int
+// CHECK:         %[[K_BHSD:.+]] = torch.aten.transpose.int %{{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK:         %[[V_BHSD:.+]] = torch.aten.transpose.int %{{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK:         %[[INDEX:.+]] = torch.aten.expand %{{.+}} -> !torch.vtensor<[2,2,3,16],si64>
+// CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %{{.+}} : !torch.vtensor<[2,2,5,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]], %[[K_BHSD]] : !torch.vtensor<[2,2,8,16],f32>, !torch.int, !torch.vtensor<[2,2,3,16],si64>, !torch.vtensor<[2,2,3,16],f32> -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[PAD_V:.+]] = torch.aten.constant_pad_nd %arg4
+// CHECK:         %[[PRESENT_V:.+]] = torch.aten.scatter.src %[[PAD_V]], %int2, %[[INDEX]], %[[V_BHSD]]
+// CHECK:         return %{{.+}}, %[[PRESENT_K]], %[[PRESENT_V]] : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
+func.func @kv_cache(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32],f32>, %v: !torch.vtensor<[2,3,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
+}
+
+// -----
+
+// Causal mask: key t is visible to query s iff t <= min(past_len[b] + s, seqlens_k[b]); the float
+// mask (0 / -inf) is [B,1,S,T] and feeds SDPA with enable_gqa and no explicit scale.
+// CHECK-LABEL: func.func @causal_mask
+// CHECK:         %[[POS_BS:.+]] = torch.aten.add.Tensor %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
+// CHECK:         %[[SEQLENS_B1:.+]] = torch.aten.unsqueeze %[[SEQLENS:.+]], %int1 : !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
+// CHECK:         %[[LAST_KEY:.+]] = torch.aten.minimum %[[POS_BS]], %[[SEQLENS_B1]] : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1,1],si64> -> !torch.vtensor<[1,1],si64>
+// CHECK:         %[[KEY_POS:.+]] = torch.aten.arange %int6, %int4, {{.+}} -> !torch.vtensor<[6],si64>
+// CHECK:         %[[LAST_KEY_BS1:.+]] = torch.aten.unsqueeze %[[LAST_KEY]], %int2 : !torch.vtensor<[1,1],si64>, !torch.int -> !torch.vtensor<[1,1,1],si64>
+// CHECK:         %[[VISIBLE:.+]] = torch.aten.le.Tensor %[[KEY_POS]], %[[LAST_KEY_BS1]] : !torch.vtensor<[6],si64>, !torch.vtensor<[1,1,1],si64> -> !torch.vtensor<[1,1,6],i1>
+// CHECK:         %[[NEG_INF:.+]] = torch.constant.float 0xFFF0000000000000
+// CHECK:         %[[MASK_BST:.+]] = torch.aten.where.Scalar %[[VISIBLE]], %{{.+}}, %[[NEG_INF]] : !torch.vtensor<[1,1,6],i1>, !torch.float, !torch.float -> !torch.vtensor<[1,1,6],f32>
+// CHECK:         %[[MASK:.+]] = torch.aten.unsqueeze %[[MASK_BST]], %int1 {{.+}} -> !torch.vtensor<[1,1,1,6],f32>
+// CHECK:         %[[TRUE:.+]] = torch.constant.bool true
+// CHECK:         torch.aten.scaled_dot_product_attention %{{.+}}, %{{.+}}, %{{.+}}, %[[MASK]], %{{.+}}, %false, %none{{.*}}, %[[TRUE]] : !torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,6,16],f32>, !torch.vtensor<[1,2,6,16],f32>, !torch.vtensor<[1,1,1,6],f32>, !torch.float, !torch.bool, !torch.none, !torch.bool -> !torch.vtensor<[1,8,1,16],f32>
+func.func @causal_mask(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,5,16],f32>, %pv: !torch.vtensor<[1,2,5,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,6,16],f32>, !torch.vtensor<[1,2,6,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 8 : si64} : (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,6,16],f32>, !torch.vtensor<[1,2,6,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,6,16],f32>, !torch.vtensor<[1,2,6,16],f32>
+}
+
+// -----
+
+// Prefill with an empty past (P=0): the cache is padded from 0 to S rows; MHA (H == Hkv).
+// CHECK-LABEL: func.func @prefill
+// CHECK:         %[[PAD:.+]] = torch.aten.constant_pad_nd %arg3, {{.+}} : !torch.vtensor<[1,4,0,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[1,4,7,16],f32>
+// CHECK:         torch.aten.scatter.src %[[PAD]], %int2, {{.+}} -> !torch.vtensor<[1,4,7,16],f32>
+// CHECK:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,1,7,7],f32>
+func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64],f32>, %v: !torch.vtensor<[1,7,64],f32>, %pk: !torch.vtensor<[1,4,0,16],f32>, %pv: !torch.vtensor<[1,4,0,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 4 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,0,16],f32>, !torch.vtensor<[1,4,0,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>
+}
+
+// -----
+
+// Position ids: seqlens_k (int32) -> int64 keeping its shape [B]; past_len = seqlens_k + 1 - S,
+// or 0 on a first prompt (total_sequence_length == S); positions = past_len[b] + arange(S)
+// select the rotary rows for Q (H heads) and K (Hkv heads).
+// CHECK-LABEL: func.func @position_ids_rotary
+// CHECK:         %[[SEQLENS:.+]] = torch.aten.to.dtype %arg5, %int4, {{.+}} : !torch.vtensor<[2],si32>, {{.+}} -> !torch.vtensor<[2],si64>
+// CHECK:         %[[TOTAL:.+]] = torch.aten.to.dtype %arg6, %int4, {{.+}} : !torch.vtensor<[],si32>, {{.+}} -> !torch.vtensor<[],si64>
+// CHECK:         %[[FIRST_PROMPT:.+]] = torch.aten.eq.Scalar %[[TOTAL]], %int3 : !torch.vtensor<[],si64>, !torch.int -> !torch.vtensor<[],i1>
+// CHECK:         %[[ONE_MINUS_S:.+]] = torch.constant.int -2
+// CHECK:         %[[DECODE_PAST:.+]] = torch.aten.add.Scalar %[[SEQLENS]], %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[2],si64>, !torch.int, !torch.int -> !torch.vtensor<[2],si64>
+// CHECK:         %[[PAST_LEN:.+]] = torch.aten.where.ScalarSelf %[[FIRST_PROMPT]], %int0, %[[DECODE_PAST]] : !torch.vtensor<[],i1>, !torch.int, !torch.vtensor<[2],si64> -> !torch.vtensor<[2],si64>
+// CHECK:         %[[PAST_LEN_B1:.+]] = torch.aten.unsqueeze %[[PAST_LEN]], %int1 {{.+}} -> !torch.vtensor<[2,1],si64>
+// CHECK:         %[[ARANGE_S:.+]] = torch.aten.arange %int3, %int4, {{.+}} -> !torch.vtensor<[3],si64>
+// CHECK:         %[[POS:.+]] = torch.aten.add.Tensor %[[PAST_LEN_B1]], %[[ARANGE_S]], %int1 {{.+}} -> !torch.vtensor<[2,3],si64>
+// CHECK:         %[[POS_LIST:.+]] = torch.prim.ListConstruct %[[POS]] : (!torch.vtensor<[2,3],si64>) -> !torch.list<optional<vtensor>>
+// CHECK:         %[[COS:.+]] = torch.aten.index.Tensor %arg7, %[[POS_LIST]] : !torch.vtensor<[32,8],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2,3,8],f32>
+// CHECK:         torch.aten.index.Tensor %arg8, {{.+}} -> !torch.vtensor<[2,3,8],f32>
+// CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[2,4,3,16],f32>
+// CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK-NOT:     torch.aten.index.Tensor
+// CHECK:         return
+func.func @position_ids_rotary(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32],f32>, %v: !torch.vtensor<[2,3,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>, %cos: !torch.vtensor<[32,8],f32>, %sin: !torch.vtensor<[32,8],f32>) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %cos, %sin, %none, %none, %none) {torch.onnx.do_rotary = 1 : si64, torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2],si32>, !torch.vtensor<[],si32>, !torch.vtensor<[32,8],f32>, !torch.vtensor<[32,8],f32>, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
+}
+
+// -----
+
+// f16 end to end: every float intermediate, the mask and SDPA stay f16.
+// CHECK-LABEL: func.func @f16
+// CHECK:         torch.aten.where.Scalar {{.+}} -> !torch.vtensor<[1,1,5],f16>
+// CHECK:         torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[1,4,1,16],f16>
+// CHECK:         return {{.+}} : !torch.vtensor<[1,1,64],f16>, !torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,5,16],f16>
+func.func @f16(%q: !torch.vtensor<[1,1,64],f16>, %k: !torch.vtensor<[1,1,32],f16>, %v: !torch.vtensor<[1,1,32],f16>, %pk: !torch.vtensor<[1,2,4,16],f16>, %pv: !torch.vtensor<[1,2,4,16],f16>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f16>, !torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,5,16],f16>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,2,4,16],f16>, !torch.vtensor<[1,2,4,16],f16>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[1,1,64],f16>, !torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,5,16],f16>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,64],f16>, !torch.vtensor<[1,2,5,16],f16>, !torch.vtensor<[1,2,5,16],f16>
+}
+
+// -----
+
+// Variable seqlens_k (ragged batch, decode): each row's scatter index and mask
+// come from its own seqlens_k entry, not from the past capacity.
+// CHECK-LABEL: func.func @variable_seqlens_k
+// CHECK:         %[[SEQLENS:.+]] = torch.aten.to.dtype %arg5
+// CHECK:         %[[DECODE_PAST:.+]] = torch.aten.add.Scalar %[[SEQLENS]], %int0, %int1
+// CHECK:         %[[PAST_LEN:.+]] = torch.aten.where.ScalarSelf %{{.+}}, %int0, %[[DECODE_PAST]]
+// CHECK:         %[[PAST_LEN_B1:.+]] = torch.aten.unsqueeze %[[PAST_LEN]], %int1
+// CHECK:         %[[POS:.+]] = torch.aten.add.Tensor %[[PAST_LEN_B1]]
+// CHECK:         %[[POS_B1S:.+]] = torch.aten.unsqueeze %[[POS]], %int1
+// CHECK:         %[[POS_B1S1:.+]] = torch.aten.unsqueeze %[[POS_B1S]], %int3
+// CHECK:         %[[INDEX:.+]] = torch.aten.expand %[[POS_B1S1]]
+// CHECK:         torch.aten.scatter.src %{{.+}}, %int2, %[[INDEX]]
+// CHECK:         torch.aten.minimum %[[POS]]
+func.func @variable_seqlens_k(%q: !torch.vtensor<[3,1,64],f32>, %k: !torch.vtensor<[3,1,16],f32>, %v: !torch.vtensor<[3,1,16],f32>, %pk: !torch.vtensor<[3,1,9,16],f32>, %pv: !torch.vtensor<[3,1,9,16],f32>, %sk: !torch.vtensor<[3],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[3,1,64],f32>, !torch.vtensor<[3,1,10,16],f32>, !torch.vtensor<[3,1,10,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 1 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[3,1,64],f32>, !torch.vtensor<[3,1,16],f32>, !torch.vtensor<[3,1,16],f32>, !torch.vtensor<[3,1,9,16],f32>, !torch.vtensor<[3,1,9,16],f32>, !torch.vtensor<[3],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[3,1,64],f32>, !torch.vtensor<[3,1,10,16],f32>, !torch.vtensor<[3,1,10,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[3,1,64],f32>, !torch.vtensor<[3,1,10,16],f32>, !torch.vtensor<[3,1,10,16],f32>
+}
+
+// -----
+
+// Packed QKV as the importer emits it: key and value are !torch.none operands
+// and the trailing optional slots too; Q, K, V are slices of dim 2.
+// CHECK-LABEL: func.func @packed_qkv
+// CHECK-NOT:     torch.operator
+// CHECK:         %[[Q:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int0, %int64, %int1 : !torch.vtensor<[?,?,128],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,64],f32>
+// CHECK:         %[[K:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int64, %int96, %int1 {{.+}} -> !torch.vtensor<[?,?,32],f32>
+// CHECK:         %[[V:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int96, %int128, %int1 {{.+}} -> !torch.vtensor<[?,?,32],f32>
+// CHECK:         torch.aten.unflatten.int %[[Q]]
+// CHECK:         torch.aten.unflatten.int %[[K]]
+// CHECK:         torch.aten.unflatten.int %[[V]]
+func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%qkv, %none, %none, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.do_rotary = 0 : si64, torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,128],f32>, !torch.none, !torch.none, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
+}
+
+// -----
+
+// Dynamic batch and sequence: S is read once with aten.size.int and feeds
+// past_len, arange and the pad; T = size of the grown cache feeds the mask.
+// Batch needs no size op (expand keeps it with -1). Trailing optional slots
+// dropped by the exporter (7 operands) read as absent.
+// CHECK-LABEL: func.func @dynamic_batch_seq
+// CHECK:         %[[S:.+]] = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
+// CHECK:         %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1, %[[S]]
+// CHECK:         torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
+// CHECK:         torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:         %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
+// CHECK:         %[[PADS:.+]] = torch.prim.ListConstruct %int0, %int0, %int0, %[[S]]
+// CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]]
+// CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
+// CHECK:         torch.aten.arange %[[T]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:         torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
+// CHECK-NOT:     torch.aten.size.int
+// CHECK:         return
+func.func @dynamic_batch_seq(%q: !torch.vtensor<[?,?,64],f32>, %k: !torch.vtensor<[?,?,32],f32>, %v: !torch.vtensor<[?,?,32],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
+}
+
+// -----
+
+// Only the attention output requested (one result): no present outputs are returned.
+// CHECK-LABEL: func.func @output_only
+// CHECK:         %[[OUT:.+]] = torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,1,64],f32>
+// CHECK:         return %[[OUT]] : !torch.vtensor<[1,1,64],f32>
+func.func @output_only(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> !torch.vtensor<[1,1,64],f32> attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> !torch.vtensor<[1,1,64],f32>
+  return %0 : !torch.vtensor<[1,1,64],f32>
+}
