@@ -49,7 +49,7 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "causal": AttrRule("int", 1, _is(1), "1 (non-causal attention is not lowered yet)"),
     "qk_output": AttrRule("int", 0, _is(0), "0 (output_qk is not lowered yet)"),
     "sliding_window_cache": AttrRule("int", 0, _is(0), "0 (window-sized caches are not lowered yet)"),
-    "kv_cache_bit_width": AttrRule("int", None, lambda v: False, "absent (quantized caches are not lowered)"),
+    "kv_cache_bit_width": AttrRule("int", None, _is(0), "absent or 0 (quantized caches are not lowered)"),
     "k_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
     "v_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
     # Epsilons only matter with q_norm_weight/k_norm_weight, which are refused.

@@ -1,0 +1,116 @@
+"""The main job's embedded default: one GQA layer compiled with the plugin, run
+step by step (prefill, then decode with the cache fed back) on the refbackend
+next to onnxruntime, printing how far the two are apart at every step."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict
+
+import numpy as np
+
+from ..session import InferenceSession
+from .gqa_onnx import GQAConfig, compare, make_model, rotary_caches
+
+
+def demo_config(args) -> GQAConfig:
+    """The model's config: dynamic batch/sequence/past so one compile serves every step."""
+    total = args.prompt + args.steps
+    return GQAConfig(
+        batch=args.batch,
+        seq=args.prompt,
+        past=0,
+        num_heads=args.num_heads,
+        kv_num_heads=args.kv_num_heads,
+        head_size=args.head_size,
+        packed=args.packed,
+        rotary=not args.no_rotary,
+        rotary_cache_len=total + 8,
+        dtype=args.dtype,
+        dynamic=True,
+    )
+
+
+def step_feeds(cfg: GQAConfig, rng: np.random.Generator, S: int, past_key, past_value) -> Dict[str, np.ndarray]:
+    """Feeds for one step of S new tokens on top of a full past of P rows."""
+    B, P = cfg.batch, past_key.shape[2]
+    def rand(*shape):
+        return rng.standard_normal(shape).astype(cfg.np_dtype)
+
+    feeds = {"past_key": past_key, "past_value": past_value}
+    if cfg.packed:
+        feeds["query"] = rand(B, S, (cfg.num_heads + 2 * cfg.kv_num_heads) * cfg.head_size)
+    else:
+        feeds["query"] = rand(B, S, cfg.num_heads * cfg.head_size)
+        feeds["key"] = rand(B, S, cfg.kv_num_heads * cfg.head_size)
+        feeds["value"] = rand(B, S, cfg.kv_num_heads * cfg.head_size)
+    feeds["seqlens_k"] = np.full((B,), P + S - 1, dtype=np.int32)
+    feeds["total_sequence_length"] = np.array(P + S, dtype=np.int32)
+    if cfg.rotary:
+        feeds["cos_cache"], feeds["sin_cache"] = rotary_caches(cfg)
+    return feeds
+
+
+def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
+    """Run the demo; True when every step matches onnxruntime."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        from ..errors import GqaTorchMlirError
+
+        raise GqaTorchMlirError("the demo compares with onnxruntime: pip install 'gqa-torch-mlir[test]'") from None
+    from .gqa_onnx import run_onnxruntime
+
+    cfg = demo_config(args)
+    model = make_model(cfg)
+    print_fn(
+        f"GroupQueryAttention: batch {cfg.batch}, {cfg.num_heads} query heads, {cfg.kv_num_heads} kv heads, "
+        f"head size {cfg.head_size}, {cfg.dtype}, {'packed QKV' if cfg.packed else 'separate Q/K/V'}, "
+        f"rotary {'on' if cfg.rotary else 'off'}; dynamic batch/sequence/past"
+    )
+    t0 = time.perf_counter()
+    session = InferenceSession(model)
+    print_fn(f"compiled with convert-onnx-gqa-to-torch -> torch-mlir -> refbackend in {time.perf_counter() - t0:.2f} s")
+    names = [o.name for o in session.get_outputs()]
+    rng = np.random.default_rng(args.seed)
+    empty = np.zeros((cfg.batch, cfg.kv_num_heads, 0, cfg.head_size), dtype=cfg.np_dtype)
+    ours_cache, ort_cache = (empty, empty), (empty, empty)
+    all_ok, ours_time, ort_time = True, 0.0, 0.0
+    print_fn(f"{'step':>4} {'S':>3} {'past':>5}  {'max|out diff|':>13}  {'max|cache diff|':>15}  result")
+    for step in range(args.steps + 1):
+        S = args.prompt if step == 0 else 1
+        feeds = step_feeds(cfg, rng, S, *ours_cache)
+        ort_feeds = dict(feeds, past_key=ort_cache[0], past_value=ort_cache[1])
+        t = time.perf_counter()
+        got = dict(zip(names, session.run(None, feeds)))
+        ours_time += time.perf_counter() - t
+        t = time.perf_counter()
+        want = run_onnxruntime(model, ort_feeds)
+        ort_time += time.perf_counter() - t
+        problems = compare(_step_cfg(cfg, S, feeds["past_key"].shape[2]), got, want, ort_feeds)
+        all_ok &= not problems
+        print_fn(
+            f"{step:>4} {S:>3} {feeds['past_key'].shape[2]:>5}  {_maxdiff(got, want, 'output'):>13.2e}  "
+            f"{max(_maxdiff(got, want, n) for n in ('present_key', 'present_value')):>15.2e}  "
+            f"{'match' if not problems else 'MISMATCH: ' + '; '.join(problems)}"
+        )
+        ours_cache = (got["present_key"], got["present_value"])
+        ort_cache = (want["present_key"], want["present_value"])
+    steps = args.steps + 1
+    print_fn(f"time per step: refbackend {1e3 * ours_time / steps:.2f} ms, onnxruntime {1e3 * ort_time / steps:.2f} ms (includes onnxruntime's session setup)")
+    print_fn("RESULT: " + ("all steps match onnxruntime" if all_ok else "MISMATCH against onnxruntime"))
+    return all_ok
+
+
+def _step_cfg(cfg: GQAConfig, S: int, P: int) -> GQAConfig:
+    """The config describing one step (compare() reads dtype and lengths from it)."""
+    from dataclasses import replace
+
+    return replace(cfg, seq=S, past=P, past_lens=None, rotary_cache_len=cfg.max_seq)
+
+
+def _maxdiff(got, want, name) -> float:
+    g, w = np.asarray(got[name], np.float32), np.asarray(want[name], np.float32)
+    if g.shape != w.shape:
+        return float("inf")
+    return float(np.max(np.abs(g - w))) if g.size else 0.0

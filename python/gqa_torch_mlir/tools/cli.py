@@ -1,0 +1,80 @@
+"""``gqa-torch-mlir``: the user-facing command.
+
+  gqa-torch-mlir demo [options]     build a small GQA model in code, compile it with
+                                    the plugin, run prefill + decode steps on the
+                                    refbackend next to onnxruntime, print the comparison
+  gqa-torch-mlir compile MODEL.onnx [--output-type T] [-o OUT.mlir]
+
+User errors print one line and exit non-zero; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import List, Optional
+
+from ..errors import GqaTorchMlirError
+
+
+def _demo_parser(sub) -> None:
+    p = sub.add_parser("demo", help="compile a small GQA model and compare it with onnxruntime")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt", type=int, default=5, help="prefill length")
+    p.add_argument("--steps", type=int, default=3, help="decode steps after the prefill")
+    p.add_argument("--num-heads", type=int, default=8)
+    p.add_argument("--kv-num-heads", type=int, default=2)
+    p.add_argument("--head-size", type=int, default=32)
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    p.add_argument("--packed", action="store_true", help="packed QKV input (key/value slots empty)")
+    p.add_argument("--no-rotary", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gqa-torch-mlir", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _demo_parser(sub)
+    c = sub.add_parser("compile", help="import an ONNX model and lower it with the plugin")
+    c.add_argument("model")
+    c.add_argument("--output-type", default="torch", choices=("torch", "torch-backend", "linalg-on-tensors"))
+    c.add_argument("-o", "--output", default="-")
+    return parser
+
+
+def cmd_compile(args) -> int:
+    from ..pipeline import compile
+
+    module = compile(args.model, output_type=args.output_type)
+    text = str(module)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from ..testing.demo import run_demo
+
+    return 0 if run_demo(args, print_fn=print) else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"compile": cmd_compile, "demo": cmd_demo}[args.command](args)
+    except GqaTorchMlirError as e:
+        print(f"gqa-torch-mlir: error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # bad option combinations reported by the config checks
+        print(f"gqa-torch-mlir: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
