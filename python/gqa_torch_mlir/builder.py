@@ -193,14 +193,25 @@ class TorchBuilder:
             return a - b
         return self.op("torch.aten.sub.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
 
+    def dim_max(self, a: Dim, b: Dim) -> Dim:
+        if isinstance(a, int) and isinstance(b, int):
+            return max(a, b)
+        return self.op("torch.prim.max.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    def item(self, t: Tensor) -> Dim:
+        """The value of a one-element integer tensor as a dynamic !torch.int."""
+        return self.op("torch.aten.item", [t.value], ["!torch.int"])[0]
+
     @staticmethod
     def static(d: Dim) -> Optional[int]:
         return d if isinstance(d, int) else None
 
     # -- shape ops ----------------------------------------------------------
     def unflatten(self, t: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
-        """Split ``dim`` into static ``sizes``: [.., a*b, ..] -> [.., a, b, ..]."""
-        shape = t.shape[:dim] + tuple(sizes) + t.shape[dim + 1 :]
+        """Split ``dim`` into static ``sizes`` (one may be -1): [.., a*b, ..] -> [.., a, b, ..]."""
+        known = math.prod(d for d in sizes if d != -1)
+        inferred = t.shape[dim] // known if t.shape[dim] is not None else None
+        shape = t.shape[:dim] + tuple(inferred if d == -1 else d for d in sizes) + t.shape[dim + 1 :]
         return self.tensor_op("torch.aten.unflatten.int", [t.value, self.int(dim), self.int_list(sizes)], shape, t.dtype)
 
     def flatten(self, t: Tensor, start: int, end: int) -> Tensor:
@@ -220,21 +231,32 @@ class TorchBuilder:
         shape = t.shape[:dim] + (1,) + t.shape[dim:]
         return self.tensor_op("torch.aten.unsqueeze", [t.value, self.int(dim)], shape, t.dtype)
 
-    def expand(self, t: Tensor, sizes: Sequence[int]) -> Tensor:
-        """Broadcast to static ``sizes``; -1 keeps that dim of ``t``."""
-        shape = tuple(t.shape[i] if s == -1 else s for i, s in enumerate(sizes))
+    def expand(self, t: Tensor, sizes: Sequence[Dim]) -> Tensor:
+        """Broadcast to ``sizes`` (static or dynamic Dims); -1 keeps that dim of ``t``."""
+        shape = tuple(t.shape[i] if isinstance(s, int) and s == -1 else self.static(s) for i, s in enumerate(sizes))
         return self.tensor_op("torch.aten.expand", [t.value, self.int_list(sizes), self.bool(False)], shape, t.dtype)
 
-    def slice(self, t: Tensor, dim: int, start: int, end: int) -> Tensor:
-        """``t[..., start:end, ...]`` on ``dim`` with static bounds."""
+    def slice(self, t: Tensor, dim: int, start: int, end: Dim, step: int = 1, in_bounds: bool = False) -> Tensor:
+        """``t[..., start:end:step, ...]`` on ``dim``; ``end`` may be a dynamic Dim.
+
+        On a dynamic dim the result is dynamic unless the caller knows the
+        range is in bounds (``in_bounds``): then its static length is kept.
+        That matters beyond precision: torch-mlir's linalg lowering never
+        broadcasts a dynamic dim that is 1 at run time (it aborts on a size
+        check), so a length-1 slice must be typed 1.
+        """
         shape = list(t.shape)
-        if shape[dim] is not None:
-            shape[dim] = len(range(*slice(start, end).indices(shape[dim])))
-        elif start >= 0 and end >= start:
-            shape[dim] = end - start if end < 2**62 else None
+        if not isinstance(end, int):
+            shape[dim] = None
+        elif shape[dim] is not None:
+            shape[dim] = len(range(*slice(start, end, step).indices(shape[dim])))
+        elif in_bounds and 0 <= start <= end:
+            shape[dim] = len(range(start, end, step))
+        else:
+            shape[dim] = None  # the dim may be shorter than end
         return self.tensor_op(
             "torch.aten.slice.Tensor",
-            [t.value, self.int(dim), self.int(start), self.int(end), self.int(1)],
+            [t.value, self.int(dim), self.int(start), self.dim_value(end), self.int(step)],
             shape,
             t.dtype,
         )
@@ -302,14 +324,65 @@ class TorchBuilder:
     def minimum(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.minimum", a, b, a.dtype)
 
-    def eq_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
-        """``t == scalar`` (an int, static or a !torch.int value) as i1."""
-        return self.tensor_op("torch.aten.eq.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
+    def eq_scalar(self, t: Tensor, scalar) -> Tensor:
+        """``t == scalar`` (a float, an int, or a !torch.int value) as i1."""
+        value = self.float(scalar) if isinstance(scalar, float) else self.dim_value(scalar)
+        return self.tensor_op("torch.aten.eq.Scalar", [t.value, value], t.shape, "i1")
 
-    def where_int_else(self, cond: Tensor, if_true: int, other: Tensor) -> Tensor:
-        """``where(cond, if_true, other)`` with an int scalar for the true branch."""
+    def ge(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.ge.Tensor", a, b, "i1")
+
+    def logical_and(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.logical_and", a, b, "i1")
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.maximum", a, b, a.dtype)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.div.Tensor", a, b, a.dtype)
+
+    def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape), b.shape)
+        return self.tensor_op("torch.aten.where.self", [cond.value, a.value, b.value], shape, a.dtype)
+
+    def where_else_scalar(self, cond: Tensor, a: Tensor, other: float) -> Tensor:
+        """``where(cond, a, other)`` with a float scalar for the false branch."""
+        shape = broadcast_shapes(cond.shape, a.shape)
+        return self.tensor_op("torch.aten.where.ScalarOther", [cond.value, a.value, self.float(other)], shape, a.dtype)
+
+    def exp(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.exp", [t.value], t.shape, t.dtype)
+
+    def tanh(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.tanh", [t.value], t.shape, t.dtype)
+
+    def amax(self, t: Tensor, dim: int) -> Tensor:
+        """Max over ``dim``, kept as size 1."""
+        shape = t.shape[:dim] + (1,) + t.shape[dim + 1 :]
+        return self.tensor_op("torch.aten.amax", [t.value, self.int_list([dim]), self.bool(True)], shape, t.dtype)
+
+    def sum_dim(self, t: Tensor, dim: int) -> Tensor:
+        """Sum over ``dim``, kept as size 1."""
+        shape = t.shape[:dim] + (1,) + t.shape[dim + 1 :]
+        operands = [t.value, self.int_list([dim]), self.bool(True), self.none()]
+        return self.tensor_op("torch.aten.sum.dim_IntList", operands, shape, t.dtype)
+
+    def matmul(self, a: Tensor, b: Tensor) -> Tensor:
+        """Batched ``a @ b``: [..., M, K] x [..., K, N] -> [..., M, N]."""
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return self.tensor_op("torch.aten.matmul", [a.value, b.value], batch + (a.shape[-2], b.shape[-1]), a.dtype)
+
+    def where_scalar_else(self, cond: Tensor, if_true, other: Tensor) -> Tensor:
+        """``where(cond, if_true, other)`` with an int or float scalar for the true branch."""
+        scalar = self.float(if_true) if isinstance(if_true, float) else self.int(if_true)
         shape = broadcast_shapes(cond.shape, other.shape)
-        return self.tensor_op("torch.aten.where.ScalarSelf", [cond.value, self.int(if_true), other.value], shape, other.dtype)
+        return self.tensor_op("torch.aten.where.ScalarSelf", [cond.value, scalar, other.value], shape, other.dtype)
+
+    def clamp_min(self, t: Tensor, low: float) -> Tensor:
+        return self.tensor_op("torch.aten.clamp_min", [t.value, self.float(low)], t.shape, t.dtype)
+
+    def neg(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.neg", [t.value], t.shape, t.dtype)
 
     def where_scalars(self, cond: Tensor, if_true: float, if_false: float, dtype: str) -> Tensor:
         """``where(cond, if_true, if_false)`` with float scalars, as ``dtype``."""
@@ -345,7 +418,12 @@ class TorchBuilder:
         return self.tensor_op("torch.aten.scaled_dot_product_attention", operands, shape, q.dtype)
 
     def static_info_cast(self, t: Tensor, type_text: str):
-        """Cast to another shape refinement of the same tensor (e.g. an op's declared result type)."""
-        if vtensor_type_text(t.shape, t.dtype) == type_text:
+        """Cast to another shape refinement of the same tensor (e.g. an op's declared result type).
+
+        A declared type that is not a ranked vtensor (the importer writes
+        ``!torch.none`` for values ONNX shape inference could not type) is not
+        a refinement: ``t`` keeps its own, exact type.
+        """
+        if vtensor_type_text(t.shape, t.dtype) == type_text or parse_vtensor_type(type_text) is None:
             return t.value
         return self.op("torch.tensor_static_info_cast", [t.value], [type_text])[0]

@@ -20,6 +20,7 @@ import onnx
 
 from .context import make_context
 from .errors import CompileStageError, GqaTorchMlirError
+from .onnx_shapes import infer_shapes_with_contrib_ops
 from .passes import PASS_ARGUMENT, add_pass
 from .repro import repro_command
 
@@ -44,24 +45,19 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     if not path.is_file():
         raise GqaTorchMlirError(f"no ONNX model at '{path}'")
     try:
-        return onnx.load(str(path), load_external_data=True)
+        proto = onnx.load(str(path), load_external_data=True)
     except Exception as e:  # protobuf decode errors, missing external data files
         raise GqaTorchMlirError(f"cannot load ONNX model '{path}': {e}") from None
-
-
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference where it works; contrib ops it does not know are left as they are."""
-    try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # models over 2 GB, or inference bugs: import what we have
-        return model
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise GqaTorchMlirError(f"'{path}' is not an ONNX model: it has no graph or no opset_import")
+    return proto
 
 
 def import_onnx(model: ModelLike, context=None):
     """Import into a torch-dialect module with ``torch.operator "onnx.*"`` ops."""
     from torch_mlir.extras import onnx_importer
 
-    proto = infer_shapes(load_model(model))
+    proto = infer_shapes_with_contrib_ops(load_model(model))
     context = context or make_context()
     try:
         info = onnx_importer.ModelInfo(proto)

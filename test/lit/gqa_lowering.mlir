@@ -26,8 +26,8 @@ func.func @kv_cache(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32
 // CHECK-LABEL: func.func @causal_mask
 // CHECK:         %[[POS_BS:.+]] = torch.aten.add.Tensor %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[SEQLENS_B1:.+]] = torch.aten.unsqueeze %[[SEQLENS:.+]], %int1 : !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
-// CHECK:         %[[LAST_KEY:.+]] = torch.aten.minimum %[[POS_BS]], %[[SEQLENS_B1]] : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1,1],si64> -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[KEY_POS:.+]] = torch.aten.arange %int6, %int4, {{.+}} -> !torch.vtensor<[6],si64>
+// CHECK:         %[[LAST_KEY:.+]] = torch.aten.minimum %[[POS_BS]], %[[SEQLENS_B1]] : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1,1],si64> -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[LAST_KEY_BS1:.+]] = torch.aten.unsqueeze %[[LAST_KEY]], %int2 : !torch.vtensor<[1,1],si64>, !torch.int -> !torch.vtensor<[1,1,1],si64>
 // CHECK:         %[[VISIBLE:.+]] = torch.aten.le.Tensor %[[KEY_POS]], %[[LAST_KEY_BS1]] : !torch.vtensor<[6],si64>, !torch.vtensor<[1,1,1],si64> -> !torch.vtensor<[1,1,6],i1>
 // CHECK:         %[[NEG_INF:.+]] = torch.constant.float 0xFFF0000000000000
@@ -136,8 +136,10 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 
 // -----
 
-// Dynamic batch and sequence: S is read once with aten.size.int and feeds
-// past_len, arange and the pad; T = size of the grown cache feeds the mask.
+// Dynamic batch, sequence and cache lengths: S is read once with aten.size.int
+// and feeds past_len and arange; the cache grows by max(0, total - P) rows,
+// read from total_sequence_length at run time (S for a growing cache, 0 for a
+// fixed-capacity buffer); T = size of the grown cache feeds the mask.
 // Batch needs no size op (expand keeps it with -1). Trailing optional slots
 // dropped by the exporter (7 operands) read as absent.
 // CHECK-LABEL: func.func @dynamic_batch_seq
@@ -145,8 +147,12 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1, %[[S]]
 // CHECK:         torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
 // CHECK:         torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:         %[[TOTAL_INT:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[],si64> -> !torch.int
+// CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
+// CHECK:         %[[EXTRA:.+]] = torch.aten.sub.int %[[TOTAL_INT]], %[[P]]
+// CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[EXTRA]], %int0
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
-// CHECK:         %[[PADS:.+]] = torch.prim.ListConstruct %int0, %int0, %int0, %[[S]]
+// CHECK:         %[[PADS:.+]] = torch.prim.ListConstruct %int0, %int0, %int0, %[[GROWTH]]
 // CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
 // CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]]
 // CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2

@@ -37,18 +37,28 @@ def _positive_finite(v):
     return math.isfinite(v) and v > 0.0
 
 
+def _any_int(v):
+    return True
+
+
+def _finite(v):
+    return math.isfinite(v)
+
+
+# onnxruntime's kernel tests flag attributes for the exact value 1: other
+# values (2, -1, ...) mean "off", and the lowering does the same.
 ATTRIBUTES: Dict[str, AttrRule] = {
     "num_heads": AttrRule("int", None, lambda v: v > 0, "required, > 0"),
     "kv_num_heads": AttrRule("int", None, lambda v: v > 0, "required, > 0, divides num_heads"),
-    "do_rotary": AttrRule("int", 0, _is(0, 1), "0 or 1"),
-    "rotary_interleaved": AttrRule("int", 0, _is(0), "0 (interleaved rotary is not lowered yet)"),
-    "scale": AttrRule("float", 0.0, _finite_nonneg, "finite >= 0 (0 means 1/sqrt(head_size))"),
-    "softcap": AttrRule("float", 0.0, _is(0.0), "0.0 (softcap is not lowered yet)"),
-    "local_window_size": AttrRule("int", -1, _is(-1), "-1 (sliding window is not lowered yet)"),
-    "smooth_softmax": AttrRule("int", -1, _is(-1, 0), "-1 or 0 (smooth softmax is not lowered yet)"),
-    "causal": AttrRule("int", 1, _is(1), "1 (non-causal attention is not lowered yet)"),
-    "qk_output": AttrRule("int", 0, _is(0), "0 (output_qk is not lowered yet)"),
-    "sliding_window_cache": AttrRule("int", 0, _is(0), "0 (window-sized caches are not lowered yet)"),
+    "do_rotary": AttrRule("int", 0, _any_int, "1 rotates Q and K; any other value means off (as onnxruntime)"),
+    "rotary_interleaved": AttrRule("int", 0, _any_int, "1 interleaved pairs, any other value rotate-half"),
+    "scale": AttrRule("float", 0.0, _finite, "finite; 0 means 1/sqrt(head_size), other values used as given"),
+    "softcap": AttrRule("float", 0.0, _finite, "finite; > 0 caps scores as softcap*tanh(x/softcap), <= 0 off"),
+    "local_window_size": AttrRule("int", -1, _any_int, "W >= 0: each query sees its last W keys; < 0 no window"),
+    "smooth_softmax": AttrRule("int", -1, _any_int, "1 adds exp(0 - max) to the softmax denominator; other values off"),
+    "causal": AttrRule("int", 1, _is(0, 1), "0 or 1 (0 requires local_window_size -1)"),
+    "qk_output": AttrRule("int", 0, _is(0, 1, 2), "0, 1 (scores before softmax) or 2 (after), with output 3"),
+    "sliding_window_cache": AttrRule("int", 0, lambda v: v != 1, "any value but 1 (window-sized caches are not lowered yet)"),
     "kv_cache_bit_width": AttrRule("int", None, _is(0), "absent or 0 (quantized caches are not lowered)"),
     "k_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
     "v_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
@@ -68,40 +78,45 @@ class InputRule:
 
 
 INPUTS: List[InputRule] = [
-    InputRule(0, "query", True, "[B,S,H*Dh], or packed QKV [B,S,(H+2*Hkv)*Dh]; f32 or f16"),
+    InputRule(0, "query", True, "[B,S,H*Dh], or packed QKV [B,S,(H+2*Hkv)*Dh]; f32 or f16 (onnxruntime's CPU kernel has no bf16)"),
     InputRule(1, "key", True, "[B,S,Hkv*Dh]; absent (empty name) with packed QKV"),
     InputRule(2, "value", True, "[B,S,Hkv*Dh]; absent with packed QKV"),
-    InputRule(3, "past_key", True, "[B,Hkv,P,Dh], required; the cache grows to P+S"),
-    InputRule(4, "past_value", True, "[B,Hkv,P,Dh], required"),
-    InputRule(5, "seqlens_k", True, "int32 [B]: total tokens - 1 per row (ragged rows allowed)"),
-    InputRule(6, "total_sequence_length", True, "int32 scalar; P+S (growing cache), or S on a first prompt"),
-    InputRule(7, "cos_cache", True, "[M,Dh/2], with do_rotary=1"),
-    InputRule(8, "sin_cache", True, "[M,Dh/2], with do_rotary=1"),
-    InputRule(9, "position_ids", False, "refused when given"),
-    InputRule(10, "attention_bias", False, "refused when given"),
-    InputRule(11, "head_sink", False, "refused when given"),
+    InputRule(3, "past_key", True, "[B,Hkv,P,Dh] or absent (empty past); present has max(P, total_sequence_length) rows"),
+    InputRule(4, "past_value", True, "[B,Hkv,P,Dh]; given together with past_key"),
+    InputRule(5, "seqlens_k", True, "int32 [B] (or [B,1] / [1,B]): total tokens - 1 per row (ragged rows allowed)"),
+    InputRule(6, "total_sequence_length", True, "int32 scalar: P+S (growing cache), <= P (fixed capacity), S on a first prompt"),
+    InputRule(7, "cos_cache", True, "[M,R/2] with R <= Dh (R < Dh: partial rotary), with do_rotary=1"),
+    InputRule(8, "sin_cache", True, "[M,R/2], like cos_cache"),
+    InputRule(9, "position_ids", True, "int64 [B,S]: rotary positions (a first prompt uses position_ids[0,0] + s, as onnxruntime)"),
+    InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
+    InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
     InputRule(12, "k_scale", False, "refused when given (quantized cache)"),
     InputRule(13, "v_scale", False, "refused when given (quantized cache)"),
-    InputRule(14, "q_norm_weight", False, "refused when given"),
-    InputRule(15, "k_norm_weight", False, "refused when given"),
-    InputRule(16, "query_seqlens", False, "refused when given"),
+    InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
+    InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
+    InputRule(16, "query_seqlens", False, "refused when given (right-padded chunks are not lowered yet)"),
 ]
 
 OUTPUTS = ["output", "present_key", "present_value", "output_qk"]
-MAX_LOWERED_OUTPUTS = 3
 
 
 @dataclass(frozen=True)
 class GqaAttributes:
     num_heads: int
     kv_num_heads: int
-    do_rotary: int
-    scale: float
+    do_rotary: bool
+    rotary_interleaved: bool
+    scale: float  # 0.0: the default 1/sqrt(head_size)
+    softcap: float  # <= 0: off
+    local_window_size: int  # < 0: no window
+    smooth_softmax: bool
+    causal: bool
+    qk_output: int
 
 
 def _read(b: OpBinder, name: str, rule: AttrRule):
     getter = {"int": b.attr_int, "float": b.attr_float, "string": b.attr_str}[rule.kind]
-    return getter(name) if rule.default is None and name in ("num_heads", "kv_num_heads") else getter(name, rule.default)
+    return getter(name) if name in ("num_heads", "kv_num_heads") else getter(name, rule.default)
 
 
 def read_attributes(b: OpBinder) -> GqaAttributes:
@@ -122,7 +137,23 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
             f"num_heads ({values['num_heads']}) must be a multiple of kv_num_heads ({values['kv_num_heads']})",
             "attribute 'kv_num_heads'",
         )
-    return GqaAttributes(values["num_heads"], values["kv_num_heads"], values["do_rotary"], values["scale"])
+    if values["causal"] == 0 and values["local_window_size"] != -1:
+        raise Refusal(
+            f"must be -1 when causal is 0, got {values['local_window_size']} (onnxruntime rejects it too)",
+            "attribute 'local_window_size'",
+        )
+    return GqaAttributes(
+        num_heads=values["num_heads"],
+        kv_num_heads=values["kv_num_heads"],
+        do_rotary=values["do_rotary"] == 1,
+        rotary_interleaved=values["rotary_interleaved"] == 1,
+        scale=values["scale"],
+        softcap=values["softcap"],
+        local_window_size=values["local_window_size"],
+        smooth_softmax=values["smooth_softmax"] == 1,
+        causal=values["causal"] == 1,
+        qk_output=values["qk_output"],
+    )
 
 
 def _input_subject(slot: int) -> str:
@@ -147,32 +178,32 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     """Read and check inputs and outputs; return the fields of ``GqaInputs``."""
     for rule in INPUTS:
         if not rule.lowered and b.has_input(rule.slot):
-            raise Refusal(f"is not supported yet ({rule.note})", _input_subject(rule.slot))
+            raise Refusal(f"is not supported ({rule.note})", _input_subject(rule.slot))
     if b.num_input_slots() > len(INPUTS):
         raise Refusal(f"the op has {b.num_input_slots()} inputs; GroupQueryAttention defines {len(INPUTS)}")
-    if b.num_results > MAX_LOWERED_OUTPUTS:
-        raise Refusal("is not supported yet (qk_output must be 0)", "output 3 'output_qk'")
+    _check_outputs(b, attrs)
     t = {r.name: b.tensor(r.slot, r.name) for r in INPUTS if r.lowered}
     query = _require(t, "query")
     _check_rank(query, 0, 3)
     if query.dtype not in ("f32", "f16"):
-        raise Refusal(f"element type {query.dtype} is not supported; supported: f32, f16", _input_subject(0))
+        raise Refusal(f"element type {query.dtype} is not supported; supported: f32, f16 (onnxruntime's CPU kernel)", _input_subject(0))
     head_size = _head_size(t, attrs)
     _check_kv_and_cache(t, attrs, head_size, query.dtype)
     _check_lengths(t)
     _check_rotary(t, attrs, head_size, query.dtype)
-    return dict(
-        query=query,
-        key=t["key"],
-        value=t["value"],
-        past_key=t["past_key"],
-        past_value=t["past_value"],
-        seqlens_k=t["seqlens_k"],
-        total_sequence_length=t["total_sequence_length"],
-        cos_cache=t["cos_cache"],
-        sin_cache=t["sin_cache"],
-        head_size=head_size,
-    )
+    _check_extras(t, attrs, query.dtype)
+    fields = dict(t)
+    fields["head_size"] = head_size
+    return fields
+
+
+def _check_outputs(b: OpBinder, attrs: GqaAttributes):
+    if b.num_results > len(OUTPUTS):
+        raise Refusal(f"the op has {b.num_results} outputs; GroupQueryAttention defines {len(OUTPUTS)}")
+    if attrs.qk_output and b.num_results < 4:
+        raise Refusal(f"qk_output={attrs.qk_output} needs output 3 'output_qk', which the node does not have", "attribute 'qk_output'")
+    if not attrs.qk_output and b.num_results == 4:
+        raise Refusal("is requested but qk_output is 0 (onnxruntime leaves it uninitialized)", "output 3 'output_qk'")
 
 
 def _require(t: dict, name: str):
@@ -207,8 +238,12 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
         _check_rank(x, slot, 3)
         _check_dim(x, slot, 2, Hkv * Dh, "kv_num_heads * head_size")
         _check_dtype(x, slot, dtype)
+    if (t["past_key"] is None) != (t["past_value"] is None):
+        raise Refusal("past_key and past_value must be both given or both absent", _input_subject(3 if t["past_key"] is None else 4))
     for slot, name in ((3, "past_key"), (4, "past_value")):
-        cache = _require(t, name)
+        cache = t[name]
+        if cache is None:
+            continue
         _check_rank(cache, slot, 4)
         _check_dim(cache, slot, 1, Hkv, "kv_num_heads")
         _check_dim(cache, slot, 3, Dh, "head_size")
@@ -222,7 +257,8 @@ def _check_dtype(x, slot: int, dtype: str):
 
 def _check_lengths(t: dict):
     seqlens = _require(t, "seqlens_k")
-    _check_rank(seqlens, 5, 1)
+    if seqlens.rank not in (1, 2) or (seqlens.rank == 2 and 1 not in seqlens.shape and None not in seqlens.shape):
+        raise Refusal(f"must be [B], [B,1] or [1,B], got shape {_fmt(seqlens.shape)}", _input_subject(5))
     if seqlens.dtype != "si32":
         raise Refusal(f"element type {seqlens.dtype} is not supported; onnxruntime requires int32", _input_subject(5))
     total = _require(t, "total_sequence_length")
@@ -234,22 +270,43 @@ def _check_lengths(t: dict):
 
 def _check_rotary(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
     caches = [(7, t["cos_cache"]), (8, t["sin_cache"])]
+    if (caches[0][1] is None) != (caches[1][1] is None):
+        raise Refusal("cos_cache and sin_cache must be both given or both absent", _input_subject(7 if caches[0][1] is None else 8))
     if not attrs.do_rotary:
-        for slot, c in caches:
-            if c is not None:
-                raise Refusal("is given but do_rotary is 0", _input_subject(slot))
-        return
+        return  # onnxruntime ignores the caches when do_rotary is not 1
     for slot, c in caches:
         if c is None:
             raise Refusal("is required when do_rotary is 1", _input_subject(slot))
         _check_rank(c, slot, 2)
         _check_dtype(c, slot, dtype)
-        if c.shape[1] is None or c.shape[1] != Dh // 2:
-            raise Refusal(
-                f"dimension 1 ({'?' if c.shape[1] is None else c.shape[1]}) must be head_size / 2 ({Dh // 2}); "
-                "partial rotary is not lowered yet",
-                _input_subject(slot),
-            )
+        if c.shape[1] is None or not 0 < 2 * c.shape[1] <= Dh:
+            width = "?" if c.shape[1] is None else c.shape[1]
+            raise Refusal(f"dimension 1 ({width}) must be static and at most head_size / 2 ({Dh // 2})", _input_subject(slot))
+    if caches[0][1].shape != caches[1][1].shape:
+        raise Refusal(f"shape {_fmt(caches[1][1].shape)} differs from cos_cache's {_fmt(caches[0][1].shape)}", _input_subject(8))
+
+
+def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
+    """position_ids, attention_bias and head_sink."""
+    pos = t["position_ids"]
+    if pos is not None:
+        _check_rank(pos, 9, 2)
+        if pos.dtype != "si64":
+            raise Refusal(f"element type {pos.dtype} is not supported; onnxruntime requires int64", _input_subject(9))
+        query_S = t["query"].shape[1]
+        if pos.shape[1] is not None and query_S is not None and pos.shape[1] != query_S:
+            raise Refusal(f"dimension 1 ({pos.shape[1]}) must equal the sequence length ({query_S})", _input_subject(9))
+    bias = t["attention_bias"]
+    if bias is not None:
+        _check_rank(bias, 10, 4)
+        _check_dtype(bias, 10, dtype)
+        if bias.shape[1] not in (1, attrs.num_heads, None):
+            raise Refusal(f"dimension 1 ({bias.shape[1]}) must be 1 or num_heads ({attrs.num_heads})", _input_subject(10))
+    sink = t["head_sink"]
+    if sink is not None:
+        _check_rank(sink, 11, 1)
+        _check_dtype(sink, 11, dtype)
+        _check_dim(sink, 11, 0, attrs.num_heads, "num_heads")
 
 
 def support_table_markdown() -> str:
@@ -259,7 +316,7 @@ def support_table_markdown() -> str:
         rows.append(f"| input {r.slot} | `{r.name}` | {'yes' if r.lowered else 'no'}: {r.note} |")
     for name, rule in ATTRIBUTES.items():
         rows.append(f"| attribute | `{name}` | {rule.supported} |")
-    rows.append(f"| output 3 | `output_qk` | no: refused when requested |")
+    rows.append("| output 3 | `output_qk` | with qk_output 1 or 2: [B,H,S,total_sequence_length] |")
     return "\n".join(rows)
 
 

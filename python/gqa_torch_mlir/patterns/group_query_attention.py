@@ -1,19 +1,30 @@
 """Lowering of onnxruntime's ``com.microsoft.GroupQueryAttention`` to torch ops.
 
 Dimension letters (onnxruntime's CPU kernel is the spec):
-  B   batch                         S   new tokens this step (query length)
-  P   past capacity (past_key dim 2)  T   present length = P + S
-  H   query heads (num_heads)       Hkv key/value heads (kv_num_heads)
-  G   H / Hkv                       Dh  head size
-  R   rotary half width (cos/sin cache columns)   M  rotary cache rows
+  B   batch                          S   new tokens this step (query length)
+  P   past rows (past_key dim 2)     T   present rows = max(P, total_sequence_length)
+  H   query heads (num_heads)        Hkv key/value heads (kv_num_heads)
+  G   H / Hkv                        Dh  head size
+  R   rotated dims (2 * cos/sin columns; R < Dh is partial rotary)
+  Tt  total_sequence_length (the key dim of attention_bias and output_qk)
 
 Per batch row b, ``seqlens_k[b] + 1`` tokens are in the cache after the step.
 A first prompt (S == total_sequence_length) starts at row 0; any other step
 has ``past_len[b] = seqlens_k[b] + 1 - S`` valid past rows.  New token s sits
-at absolute position ``past_len[b] + s``: that position selects the rotary
-angle and the cache row the new K/V are written to, and query s sees keys
-``t <= min(past_len[b] + s, seqlens_k[b])`` (onnxruntime's CPU kernel; the
-minimum matters only for right-padded first prompts).
+at absolute position ``i = past_len[b] + s``: the cache row its K/V are
+written to, and (without position_ids) its rotary angle.  Query s sees key t
+iff ``t <= hi = min(i, seqlens_k[b])`` and, with a window W >= 0,
+``t > hi - W``; with causal=0 it sees every key ``t <= seqlens_k[b]``.
+
+The cache keeps past's rows and grows only when total_sequence_length > P
+(onnxruntime's present has ``max(P, total)`` rows): a growing cache gains S
+rows, a fixed-capacity buffer (total <= P) keeps its capacity and receives the
+new rows in place, at ``past_len[b] + s`` (ExecuTorch's update at start_pos).
+
+Attention is ``scaled_dot_product_attention`` when the op's scores need no
+more than an additive mask; softcap, smooth softmax / head_sink, output_qk and
+an empty window (W = 0) use a decomposed form on grouped queries (K/V are
+never repeated), in f32 as onnxruntime computes f16 inputs.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from typing import List, Optional
 
 from ..binder import OpBinder
 from ..builder import Dim, Tensor, TorchBuilder
-from ..registry import Refusal, onnx_op
+from ..registry import onnx_op
 from .gqa_support import GqaAttributes, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
@@ -35,37 +46,122 @@ class GqaInputs:
     query: Tensor  # [B,S,H*Dh] or packed [B,S,(H+2Hkv)*Dh]
     key: Optional[Tensor]  # [B,S,Hkv*Dh]; None when packed
     value: Optional[Tensor]
-    past_key: Tensor  # [B,Hkv,P,Dh]
-    past_value: Tensor
-    seqlens_k: Tensor  # [B] si32
+    past_key: Optional[Tensor]  # [B,Hkv,P,Dh]; None: an empty past
+    past_value: Optional[Tensor]
+    seqlens_k: Tensor  # [B] (or [B,1] / [1,B]) si32
     total_sequence_length: Tensor  # [] or [1] si32
-    cos_cache: Optional[Tensor]  # [M,R]
+    cos_cache: Optional[Tensor]  # [M,R/2]
     sin_cache: Optional[Tensor]
+    position_ids: Optional[Tensor]  # [B,S] si64
+    attention_bias: Optional[Tensor]  # [B|1,H|1,S,Tt]
+    head_sink: Optional[Tensor]  # [H]
     head_size: int
+
+
+@dataclass
+class Step:
+    """This step's lengths and positions."""
+
+    S: Dim
+    seqlens_B: Tensor  # si64 [B]
+    total: Tensor  # si64 [] (or [1])
+    first_prompt: Tensor  # i1 [] (or [1]): S == total_sequence_length
+    position_BS: Tensor  # si64 [B,S]: past_len[b] + s
 
 
 @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)
     ins = GqaInputs(**validate_inputs(b, attrs))
+    step = step_positions(tb, ins)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
-    S = tb.size(ins.query, 1)
-    seqlens_B = tb.to_dtype(ins.seqlens_k, "si64")  # si32 [B] -> si64 [B]
-    position_BS = token_positions(tb, ins, seqlens_B, S)
     if attrs.do_rotary:
-        rotary = RotaryTables.gather(tb, ins, position_BS)
+        rotary = RotaryTables.gather(tb, ins, rotary_positions(tb, ins, step), attrs.rotary_interleaved)
         query_BHSDh = rotary.apply(tb, query_BHSDh)
         key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
-    index_BHkvSDh = cache_index(tb, position_BS, attrs.kv_num_heads, ins.head_size)
-    present_key_BHkvTDh = write_cache(tb, ins.past_key, key_BHkvSDh, index_BHkvSDh, S)
-    present_value_BHkvTDh = write_cache(tb, ins.past_value, value_BHkvSDh, index_BHkvSDh, S)
-    mask_B1ST = causal_mask(tb, position_BS, seqlens_B, present_key_BHkvTDh, query_BHSDh.dtype)
-    query_BHSDh = fold_scale(tb, query_BHSDh, attrs.scale, ins.head_size)
-    attn_BHSDh = tb.sdpa(query_BHSDh, present_key_BHkvTDh, present_value_BHkvTDh, mask_B1ST, enable_gqa=True)
+    past_key, past_value = past_caches(tb, ins, attrs)
+    capacity_growth = cache_growth(tb, b, step, past_key)
+    index_BHkvSDh = cache_index(tb, step.position_BS, attrs.kv_num_heads, ins.head_size)
+    present_key_BHkvTDh = write_cache(tb, past_key, key_BHkvSDh, index_BHkvSDh, capacity_growth)
+    present_value_BHkvTDh = write_cache(tb, past_value, value_BHkvSDh, index_BHkvSDh, capacity_growth)
+    visible_BST = visible_keys(tb, step, attrs, tb.size(present_key_BHkvTDh, 2))
+    bias = padded_bias(tb, ins, step, present_key_BHkvTDh)
+    if needs_scores(attrs, ins):
+        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, present_key_BHkvTDh, present_value_BHkvTDh, visible_BST, bias)
+    else:
+        attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, present_key_BHkvTDh, present_value_BHkvTDh, visible_BST, bias), None
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
-    results = [output_BSD, present_key_BHkvTDh, present_value_BHkvTDh][: b.num_results]
+    results = [output_BSD, present_key_BHkvTDh, present_value_BHkvTDh, qk_BHSTt][: b.num_results]
     return [tb.static_info_cast(t, b.result_type_text(i)) for i, t in enumerate(results)]
+
+
+# -- positions ------------------------------------------------------------------
+
+
+def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
+    """past_len[b] = 0 on a first prompt (S == total_sequence_length), else seqlens_k[b] + 1 - S."""
+    S = tb.size(ins.query, 1)
+    seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, 1)  # [B,1]|[1,B] -> [B]
+    seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
+    total = tb.to_dtype(ins.total_sequence_length, "si64")  # si32 [] -> si64 []
+    first_prompt = tb.eq_scalar(total, S)
+    past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
+    position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
+    return Step(S, seqlens_B, total, first_prompt, position_BS)
+
+
+def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
+    """Rotary angle index per token [B,S].
+
+    Without position_ids: the token's position.  With them: position_ids[b, s],
+    except on a first prompt, where onnxruntime reads only position_ids[0, 0]
+    and uses position_ids[0, 0] + s for every row.
+    """
+    if ins.position_ids is None:
+        return step.position_BS
+    # B >= 1 and S >= 1 (onnxruntime requires both), so [0:1, 0:1] is in bounds.
+    base_11 = tb.slice(tb.slice(ins.position_ids, 0, 0, 1, in_bounds=True), 1, 0, 1, in_bounds=True)  # [B,S] -> [1,1]
+    first_prompt_1S = tb.add(base_11, tb.arange(step.S))  # [1,1] + [S] -> [1,S]
+    return tb.where(step.first_prompt, first_prompt_1S, ins.position_ids)  # -> [B,S]
+
+
+@dataclass
+class RotaryTables:
+    """cos/sin rows at each token's position, broadcastable over heads: [B,1,S,R/2]."""
+
+    cos_B1SR2: Tensor
+    sin_B1SR2: Tensor
+    interleaved: bool
+
+    @staticmethod
+    def gather(tb: TorchBuilder, ins: GqaInputs, position_BS: Tensor, interleaved: bool) -> "RotaryTables":
+        def rows(cache_MR2):
+            return tb.unsqueeze(tb.gather_rows(cache_MR2, position_BS), 1)  # [M,R/2] at [B,S] -> [B,S,R/2] -> [B,1,S,R/2]
+
+        return RotaryTables(rows(ins.cos_cache), rows(ins.sin_cache), interleaved)
+
+    def apply(self, tb: TorchBuilder, x_BNSDh: Tensor) -> Tensor:
+        """Rotate the first R dims of [B,N,S,Dh]; dims [R, Dh) pass through (partial rotary)."""
+        R2 = self.cos_B1SR2.shape[3]
+        Dh = x_BNSDh.shape[3]
+        if self.interleaved:  # pairs (2i, 2i+1)
+            x1, x2 = tb.slice(x_BNSDh, 3, 0, 2 * R2, 2), tb.slice(x_BNSDh, 3, 1, 2 * R2, 2)
+        else:  # halves (i, i + R/2)
+            x1, x2 = tb.slice(x_BNSDh, 3, 0, R2), tb.slice(x_BNSDh, 3, R2, 2 * R2)
+        c, s = self.cos_B1SR2, self.sin_B1SR2
+        y1_BNSR2 = tb.sub(tb.mul(x1, c), tb.mul(x2, s))  # x1*cos - x2*sin
+        y2_BNSR2 = tb.add(tb.mul(x2, c), tb.mul(x1, s))  # x2*cos + x1*sin
+        if self.interleaved:  # [B,N,S,R/2] x2 -> [B,N,S,R/2,2] -> [B,N,S,R]
+            rotated = tb.flatten(tb.cat([tb.unsqueeze(y1_BNSR2, 4), tb.unsqueeze(y2_BNSR2, 4)], 4), 3, 4)
+        else:
+            rotated = tb.cat([y1_BNSR2, y2_BNSR2], 3)  # [B,N,S,R/2] x2 -> [B,N,S,R]
+        if 2 * R2 == Dh:
+            return rotated
+        return tb.cat([rotated, tb.slice(x_BNSDh, 3, 2 * R2, Dh)], 3)  # + [B,N,S,Dh-R] -> [B,N,S,Dh]
+
+
+# -- heads ------------------------------------------------------------------------
 
 
 def split_heads(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
@@ -77,11 +173,7 @@ def split_heads(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
         v_BSD = tb.slice(ins.query, 2, (H + Hkv) * Dh, (H + 2 * Hkv) * Dh)
     else:
         q_BSD, k_BSD, v_BSD = ins.query, ins.key, ins.value
-    return (
-        to_heads(tb, q_BSD, H, Dh),
-        to_heads(tb, k_BSD, Hkv, Dh),
-        to_heads(tb, v_BSD, Hkv, Dh),
-    )
+    return to_heads(tb, q_BSD, H, Dh), to_heads(tb, k_BSD, Hkv, Dh), to_heads(tb, v_BSD, Hkv, Dh)
 
 
 def to_heads(tb: TorchBuilder, x_BSD: Tensor, heads: int, Dh: int) -> Tensor:
@@ -89,40 +181,44 @@ def to_heads(tb: TorchBuilder, x_BSD: Tensor, heads: int, Dh: int) -> Tensor:
     return tb.transpose(x_BSNDh, 1, 2)  # [B,S,N,Dh] -> [B,N,S,Dh]
 
 
-def token_positions(tb: TorchBuilder, ins: GqaInputs, seqlens_B: Tensor, S: Dim) -> Tensor:
-    """Absolute position of each new token, past_len[b] + s, as si64 [B,S].
+# -- cache ------------------------------------------------------------------------
 
-    past_len[b] = 0 on a first prompt (S == total_sequence_length), else seqlens_k[b] + 1 - S.
+
+def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
+    """past_key/past_value, or empty [B,Hkv,0,Dh] caches when absent."""
+    if ins.past_key is not None:
+        return ins.past_key, ins.past_value
+    empty_B0D = tb.slice(ins.query, 1, 0, 0, in_bounds=True)  # [B,S,D] -> [B,0,D]
+    empty_BHkv0Dh = tb.slice(tb.unsqueeze(empty_B0D, 1), 3, 0, 0)  # -> [B,1,0,D] -> [B,1,0,0]
+    sizes = [-1, attrs.kv_num_heads, 0, ins.head_size]
+    empty = tb.expand(empty_BHkv0Dh, sizes)  # -> [B,Hkv,0,Dh]
+    return empty, empty
+
+
+def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim:
+    """Rows the cache gains: max(0, total_sequence_length - P) (onnxruntime's present has max(P, total) rows).
+
+    Static when the op's declared present type and P are: S for a growing
+    cache, 0 for a fixed-capacity buffer.  Otherwise read from
+    total_sequence_length at run time.
     """
-    total = tb.to_dtype(ins.total_sequence_length, "si64")  # si32 [] -> si64 []
-    first_prompt = tb.eq_scalar(total, S)  # [] i1
-    past_len_B = tb.where_int_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
-    past_len_B1 = tb.unsqueeze(past_len_B, 1)  # [B] -> [B,1]
-    return tb.add(past_len_B1, tb.arange(S))  # [B,1] + [S] -> [B,S]
+    P = past.shape[2]
+    declared = _declared_present_rows(b)
+    if declared is not None and P is not None and declared >= P:
+        return declared - P
+    total = tb.item(step.total)
+    return tb.dim_max(tb.dim_sub(total, tb.size(past, 2)), 0)
 
 
-@dataclass
-class RotaryTables:
-    """cos/sin rows at each token's position, broadcastable over heads: [B,1,S,R]."""
+def _declared_present_rows(b: OpBinder) -> Optional[int]:
+    from ..builder import parse_vtensor_type
 
-    cos_B1SR: Tensor
-    sin_B1SR: Tensor
-
-    @staticmethod
-    def gather(tb: TorchBuilder, ins: GqaInputs, position_BS: Tensor) -> "RotaryTables":
-        def rows(cache_MR):
-            return tb.unsqueeze(tb.gather_rows(cache_MR, position_BS), 1)  # [M,R] at [B,S] -> [B,S,R] -> [B,1,S,R]
-
-        return RotaryTables(rows(ins.cos_cache), rows(ins.sin_cache))
-
-    def apply(self, tb: TorchBuilder, x_BNSDh: Tensor) -> Tensor:
-        """Rotate-half rotary (onnxruntime's non-interleaved form) on [B,N,S,Dh]."""
-        R = self.cos_B1SR.shape[3]
-        x1_BNSR = tb.slice(x_BNSDh, 3, 0, R)  # first half
-        x2_BNSR = tb.slice(x_BNSDh, 3, R, 2 * R)  # second half
-        y1_BNSR = tb.sub(tb.mul(x1_BNSR, self.cos_B1SR), tb.mul(x2_BNSR, self.sin_B1SR))  # x1*cos - x2*sin
-        y2_BNSR = tb.add(tb.mul(x2_BNSR, self.cos_B1SR), tb.mul(x1_BNSR, self.sin_B1SR))  # x2*cos + x1*sin
-        return tb.cat([y1_BNSR, y2_BNSR], 3)  # [B,N,S,R] x2 -> [B,N,S,Dh]
+    for i in (1, 2):
+        if b.num_results > i:
+            parsed = parse_vtensor_type(b.result_type_text(i))
+            if parsed and len(parsed[0]) == 4 and parsed[0][2] is not None:
+                return parsed[0][2]
+    return None
 
 
 def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dh: int) -> Tensor:
@@ -131,31 +227,145 @@ def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dh: int) -> Ten
     return tb.expand(index_B1S1, [-1, Hkv, -1, Dh])  # -> [B,Hkv,S,Dh]
 
 
-def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, index_BHkvSDh: Tensor, S: Dim) -> Tensor:
-    """Grow the cache by S rows, then write new token s of row b at position[b,s].
+def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, index_BHkvSDh: Tensor, growth: Dim) -> Tensor:
+    """Grow the cache by ``growth`` zero rows, then write new token s of row b at position[b,s].
 
     Rows before ``past_len[b]`` keep the past; rows after the new ones are
     unspecified, as in onnxruntime.
     """
-    padded_BHkvTDh = tb.pad_dim_end(past_BHkvPDh, 2, S)  # [B,Hkv,P,Dh] -> [B,Hkv,P+S,Dh], zeros
-    return tb.scatter_src(padded_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+    grown_BHkvTDh = past_BHkvPDh if growth == 0 else tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
+    return tb.scatter_src(grown_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
 
 
-def causal_mask(tb: TorchBuilder, position_BS: Tensor, seqlens_B: Tensor, present_BHkvTDh: Tensor, dtype: str) -> Tensor:
-    """Additive mask [B,1,S,T]: 0 where key t <= min(position[b,s], seqlens_k[b]), else -inf.
+# -- masking ----------------------------------------------------------------------
 
-    The bound also hides cache rows past each row's valid length.
+
+def visible_keys(tb: TorchBuilder, step: Step, attrs: GqaAttributes, T: Dim) -> Tensor:
+    """i1 [B,S,T]: which cache rows each query attends (see the module docstring)."""
+    seqlens_B1 = tb.unsqueeze(step.seqlens_B, 1)  # [B] -> [B,1]
+    key_pos_T = tb.arange(T)  # [T]
+    if not attrs.causal:  # every valid key, for every query: t <= seqlens_k[b]
+        visible_B1T = tb.le(key_pos_T, tb.unsqueeze(seqlens_B1, 2))  # [T] vs [B,1,1] -> [B,1,T]
+        return tb.expand(visible_B1T, [-1, step.S, -1])  # -> [B,S,T]
+    last_key_BS = tb.minimum(step.position_BS, seqlens_B1)  # hi = min(i, seqlens_k[b]): [B,S]
+    last_key_BS1 = tb.unsqueeze(last_key_BS, 2)  # [B,S,1]
+    visible_BST = tb.le(key_pos_T, last_key_BS1)  # t <= hi: [T] vs [B,S,1] -> [B,S,T]
+    if attrs.local_window_size >= 0:
+        first_key_BS1 = tb.add_scalar(last_key_BS1, 1 - attrs.local_window_size)  # hi + 1 - W
+        visible_BST = tb.logical_and(visible_BST, tb.ge(key_pos_T, first_key_BS1))
+    return visible_BST
+
+
+def padded_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, present_BHkvTDh: Tensor) -> Optional[Tensor]:
+    """attention_bias [B|1,H|1,S,Tt] padded with zeros to the cache's T key columns."""
+    bias = ins.attention_bias
+    if bias is None:
+        return None
+    T, Tt = present_BHkvTDh.shape[2], bias.shape[3]
+    if T is not None and Tt is not None:
+        extra = T - Tt
+    else:
+        extra = tb.dim_sub(tb.size(present_BHkvTDh, 2), tb.size(bias, 3))
+    return bias if extra == 0 else tb.pad_dim_end(bias, 3, extra)
+
+
+# -- attention --------------------------------------------------------------------
+
+
+def needs_scores(attrs: GqaAttributes, ins: GqaInputs) -> bool:
+    """True when SDPA's softmax(QK^T*scale + mask) cannot express the op."""
+    return (
+        attrs.softcap > 0
+        or attrs.smooth_softmax
+        or ins.head_sink is not None
+        or attrs.qk_output != 0
+        or attrs.local_window_size == 0  # no visible key: onnxruntime outputs 0, SDPA NaN
+    )
+
+
+def effective_scale(attrs: GqaAttributes, Dh: int) -> float:
+    return attrs.scale if attrs.scale != 0.0 else 1.0 / math.sqrt(Dh)
+
+
+def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias) -> Tensor:
+    """``scaled_dot_product_attention`` with an additive 0/-inf (+ bias) mask and GQA.
+
+    SDPA is emitted with its default scale 1/sqrt(Dh) (an explicit scale is
+    dropped by torch-mlir's linalg lowering); another scale is folded into Q.
     """
-    last_key_BS = tb.minimum(position_BS, tb.unsqueeze(seqlens_B, 1))  # [B,S] min [B,1] -> [B,S]
-    key_pos_T = tb.arange(tb.size(present_BHkvTDh, 2))  # [T]
-    visible_BST = tb.le(key_pos_T, tb.unsqueeze(last_key_BS, 2))  # [T] <= [B,S,1] -> [B,S,T]
-    mask_BST = tb.where_scalars(visible_BST, 0.0, NEG_INF, dtype)
-    return tb.unsqueeze(mask_BST, 1)  # [B,S,T] -> [B,1,S,T]
+    mask_B1ST = tb.unsqueeze(tb.where_scalars(visible_BST, 0.0, NEG_INF, query_BHSDh.dtype), 1)  # [B,S,T] -> [B,1,S,T]
+    if bias is not None:
+        mask_B1ST = tb.add(mask_B1ST, bias)  # [B,1,S,T] + [B|1,H|1,S,T]
+    scale, Dh = effective_scale(attrs, ins.head_size), ins.head_size
+    if not math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=1e-7, abs_tol=0.0):
+        query_BHSDh = tb.mul_scalar(query_BHSDh, scale * math.sqrt(Dh))
+    return tb.sdpa(query_BHSDh, key_BHkvTDh, value_BHkvTDh, mask_B1ST, enable_gqa=True)
 
 
-def fold_scale(tb: TorchBuilder, query_BHSDh: Tensor, scale: float, Dh: int) -> Tensor:
-    """SDPA is emitted with its default scale 1/sqrt(Dh) (an explicit one is dropped
-    by torch-mlir's linalg lowering); another ``scale`` is folded into Q."""
-    if scale == 0.0 or math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=0, abs_tol=0):
-        return query_BHSDh
-    return tb.mul_scalar(query_BHSDh, scale * math.sqrt(Dh))
+def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias):
+    """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32.
+
+    Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
+    so K/V are read once per KV head and never repeated.  Returns the
+    attention [B,H,S,Dh] in the input dtype and, with qk_output, output_qk
+    [B,H,S,Tt].
+    """
+    dtype, H, Hkv = query_BHSDh.dtype, attrs.num_heads, attrs.kv_num_heads
+    G = H // Hkv
+    q = tb.to_dtype(query_BHSDh, "f32")
+    k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
+    q_BHkvGSDh = tb.flatten(tb.unflatten(q, 1, [Hkv, G]), 2, 3)  # [B,H,S,Dh] -> [B,Hkv,G,S,Dh] -> [B,Hkv,G*S,Dh]
+    scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
+    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
+    scores_BHST = tb.mul_scalar(scores_BHST, effective_scale(attrs, ins.head_size))
+    if attrs.softcap > 0:
+        scores_BHST = tb.mul_scalar(tb.tanh(tb.mul_scalar(scores_BHST, 1.0 / attrs.softcap)), attrs.softcap)
+    if bias is not None:
+        scores_BHST = tb.add(scores_BHST, tb.to_dtype(bias, "f32"))
+    visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
+    probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
+    probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
+    attn_BHkvGSDh = tb.matmul(probs_BHkvGST, v)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
+    qk = None
+    if attrs.qk_output:
+        raw = tb.where_else_scalar(visible_B1ST, scores_BHST, 0.0) if attrs.qk_output == 1 else probs_BHST
+        qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
+    return tb.to_dtype(attn_BHSDh, dtype), qk
+
+
+def masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tensor:
+    """Softmax over the visible keys, in f32.
+
+    With a sink logit z (head_sink[h], or 0 for smooth_softmax) the
+    denominator gains e^(z - m), m = max(max_t x_t, z).  A row with no visible
+    key gives zeros (onnxruntime's W = 0), not NaN.
+    """
+    masked_BHST = tb.where_else_scalar(visible_B1ST, scores_BHST, NEG_INF)
+    max_BHS1 = tb.amax(masked_BHST, 3)
+    sink_1H11 = None
+    if ins.head_sink is not None:
+        sink_H = tb.to_dtype(ins.head_sink, "f32")
+        sink_1H11 = tb.unsqueeze(tb.unsqueeze(tb.unsqueeze(sink_H, 0), 2), 3)  # [H] -> [1,H,1,1]
+        max_BHS1 = tb.maximum(max_BHS1, sink_1H11)
+    elif attrs.smooth_softmax:
+        max_BHS1 = tb.clamp_min(max_BHS1, 0.0)  # sink logit 0
+    max_BHS1 = tb.where_scalar_else(tb.eq_scalar(max_BHS1, NEG_INF), 0.0, max_BHS1)  # empty rows: exp(-inf - 0) = 0
+    exp_BHST = tb.exp(tb.sub(masked_BHST, max_BHS1))
+    denom_BHS1 = tb.sum_dim(exp_BHST, 3)
+    if sink_1H11 is not None:
+        denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.sub(sink_1H11, max_BHS1)))
+    elif attrs.smooth_softmax:
+        denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.neg(max_BHS1)))
+    denom_BHS1 = tb.where_scalar_else(tb.eq_scalar(denom_BHS1, 0.0), 1.0, denom_BHS1)
+    return tb.div(exp_BHST, denom_BHS1)
+
+
+def qk_columns(tb, qk_BHST: Tensor, step: Step, ins: GqaInputs) -> Tensor:
+    """output_qk keeps the first total_sequence_length key columns: [B,H,S,T] -> [B,H,S,Tt]."""
+    total = tb.item(step.total)
+    return tb.slice(qk_BHST, 3, 0, total)
+
+
+def _static_or_neg1(d: Dim) -> int:
+    return d if isinstance(d, int) else -1

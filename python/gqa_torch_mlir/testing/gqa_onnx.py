@@ -67,6 +67,7 @@ _OPSET_MS = 1
 _IR_VERSION = 10  # the IR version of opset 21; onnxruntime 1.32 accepts it
 _JUNK_SCALE = 100.0  # std-dev of the junk written into invalid past rows
 _ROPE_BASE = 10000.0
+POSITION_SHIFT = 3  # explicit position_ids differ from the default ones by this much
 
 Dim = int | str
 
@@ -88,6 +89,14 @@ class GQAConfig:
     dynamic: bool = False
     past_lens: tuple[int, ...] | None = None
     trailing_empty: bool = True
+    # Fixed-capacity cache: past/present both have ``past`` rows (the capacity),
+    # total_sequence_length = max(past_lens) + S <= past; default past_lens = past - S.
+    fixed_capacity: bool = False
+    rotary_interleaved: bool = False
+    rotary_dim: int | None = None  # partial rotary: cos/sin have rotary_dim / 2 columns
+    position_ids: bool = False  # feed explicit position ids (shifted by POSITION_SHIFT from the default)
+    attention_bias: str = ""  # "", or the broadcast form of its first two dims: "BH", "B1", "1H", "11"
+    head_sink: bool = False
 
     def __post_init__(self) -> None:
         if self.past_lens is not None and not isinstance(self.past_lens, tuple):
@@ -124,6 +133,10 @@ class GQAConfig:
         bad = [n for n in self.past_lens if not 0 <= n <= self.past]
         if bad:
             raise ValueError(f"past_lens entries must lie in [0, past={self.past}], got {bad}")
+        if self.fixed_capacity:
+            if max(self.past_lens) + self.seq > self.past:
+                raise ValueError(f"fixed capacity {self.past} cannot hold past_lens {self.past_lens} + seq {self.seq}")
+            return
         if max(self.past_lens) != self.past:
             raise ValueError(
                 f"at least one past_lens entry must equal past={self.past} "
@@ -131,7 +144,9 @@ class GQAConfig:
             )
 
     def _check_rotary(self) -> None:
-        if self.rotary and self.max_seq < self.total:
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_size and self.rotary_dim % 16 == 0):
+            raise ValueError(f"rotary_dim must be a positive multiple of 16 <= head_size, got {self.rotary_dim}")
+        if self.rotary and self.max_seq < self.total + (POSITION_SHIFT if self.position_ids else 0):
             raise ValueError(
                 f"rotary_cache_len ({self.max_seq}) must be >= past + seq ({self.total})"
             )
@@ -141,7 +156,10 @@ class GQAConfig:
         # context as an interactive "subsequent prompt", which it only allows
         # for batch 1 ("batch_size must be 1 when sequence_length > 1 and past
         # context is given"); the oracle cannot run such configs.
-        if self.seq > 1 and self.past > 0 and self.batch > 1:
+        if self.fixed_capacity and self.seq > self.past:
+            raise ValueError(f"fixed capacity {self.past} is smaller than seq {self.seq}")
+        first_prompt = self.fixed_capacity and max(self.lens) == 0
+        if self.seq > 1 and self.past > 0 and self.batch > 1 and not first_prompt:
             raise ValueError(
                 f"seq={self.seq} > 1 with past={self.past} > 0 needs batch == 1 "
                 f"(got batch={self.batch}): onnxruntime rejects multi-token steps "
@@ -152,8 +170,13 @@ class GQAConfig:
 
     @property
     def total(self) -> int:
-        """T = P + S: present length and total_sequence_length."""
-        return self.past + self.seq
+        """total_sequence_length: P + S, or max(past_lens) + S with a fixed capacity."""
+        return max(self.lens) + self.seq if self.fixed_capacity else self.past + self.seq
+
+    @property
+    def present_len(self) -> int:
+        """Rows of present_key/value: max(total, P)."""
+        return max(self.total, self.past)
 
     @property
     def max_seq(self) -> int:
@@ -170,7 +193,9 @@ class GQAConfig:
     @property
     def lens(self) -> tuple[int, ...]:
         """Valid past rows per batch row (``past_lens`` with its default filled in)."""
-        return self.past_lens if self.past_lens is not None else (self.past,) * self.batch
+        if self.past_lens is not None:
+            return self.past_lens
+        return ((self.past - self.seq) if self.fixed_capacity else self.past,) * self.batch
 
     @property
     def seqlens_k(self) -> np.ndarray:
@@ -206,7 +231,21 @@ class GQAConfig:
             parts.append("dyn")
         if not self.trailing_empty:
             parts.append("notrail")
+        flags = {
+            "cap": self.fixed_capacity,
+            "inter": self.rotary_interleaved,
+            f"rdim{self.rotary_dim}": self.rotary_dim is not None,
+            "pos": self.position_ids,
+            f"bias{self.attention_bias}": bool(self.attention_bias),
+            "sink": self.head_sink,
+        }
+        parts += [k for k, on in flags.items() if on]
         return "_".join(parts)
+
+    @property
+    def rotary_half(self) -> int:
+        """Columns of the cos/sin caches."""
+        return (self.rotary_dim or self.head_size) // 2
 
 
 # ---------------------------------------------------------------------------
@@ -217,8 +256,10 @@ class GQAConfig:
 def _dims(cfg: GQAConfig) -> dict[str, Dim]:
     """Graph I/O dims: numbers, or symbolic names when ``cfg.dynamic``."""
     if cfg.dynamic:
-        return {"B": "batch", "S": "seq", "P": "past", "T": "total", "M": "max_seq"}
-    return {"B": cfg.batch, "S": cfg.seq, "P": cfg.past, "T": cfg.total, "M": cfg.max_seq}
+        # A fixed-capacity cache keeps one length for past and present.
+        present = "past" if cfg.fixed_capacity else "total"
+        return {"B": "batch", "S": "seq", "P": "past", "T": present, "M": "max_seq", "TT": "total"}
+    return {"B": cfg.batch, "S": cfg.seq, "P": cfg.past, "T": cfg.present_len, "M": cfg.max_seq, "TT": cfg.total}
 
 
 def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
@@ -236,8 +277,16 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
         ("total_sequence_length", TensorProto.INT32, []),
     ]
     if cfg.rotary:
-        rot = [d["M"], cfg.head_size // 2]
+        rot = [d["M"], cfg.rotary_half]
         shapes += [("cos_cache", elem, rot), ("sin_cache", elem, rot)]
+    if cfg.position_ids:
+        shapes.append(("position_ids", TensorProto.INT64, [d["B"], d["S"]]))
+    if cfg.attention_bias:
+        b0 = d["B"] if cfg.attention_bias[0] == "B" else 1
+        b1 = cfg.num_heads if cfg.attention_bias[1] == "H" else 1
+        shapes.append(("attention_bias", elem, [b0, b1, d["S"], d["TT"]]))
+    if cfg.head_sink:
+        shapes.append(("head_sink", elem, [cfg.num_heads]))
     return [helper.make_tensor_value_info(n, t, s) for n, t, s in shapes]
 
 
@@ -251,7 +300,7 @@ def _graph_outputs(cfg: GQAConfig, with_qk: bool) -> list[onnx.ValueInfoProto]:
         helper.make_tensor_value_info("present_value", elem, cache_BHkvTDh),
     ]
     if with_qk:
-        qk_BHST = [d["B"], cfg.num_heads, d["S"], d["T"]]
+        qk_BHST = [d["B"], cfg.num_heads, d["S"], d["TT"]]
         outs.append(helper.make_tensor_value_info("output_qk", elem, qk_BHST))
     return outs
 
@@ -264,6 +313,7 @@ def _node_input_names(cfg: GQAConfig) -> list[str]:
         present |= {"key", "value"}
     if cfg.rotary:
         present |= {"cos_cache", "sin_cache"}
+    present |= {name for name, on in (("position_ids", cfg.position_ids), ("attention_bias", cfg.attention_bias), ("head_sink", cfg.head_sink)) if on}
     names = [slot if slot in present else "" for slot in INPUT_SLOTS]
     if not cfg.trailing_empty:
         while names and names[-1] == "":
@@ -280,7 +330,7 @@ def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelPro
     """
     attrs: dict = {"num_heads": cfg.num_heads, "kv_num_heads": cfg.kv_num_heads, "do_rotary": int(cfg.rotary)}
     if cfg.rotary:
-        attrs["rotary_interleaved"] = 0
+        attrs["rotary_interleaved"] = int(cfg.rotary_interleaved)
     attrs.update(extra_attrs or {})
     with_qk = bool(attrs.get("qk_output", 0))
     out_names = ["output", "present_key", "present_value"] + (["output_qk"] if with_qk else [])
@@ -306,8 +356,8 @@ def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelPro
 
 def rotary_caches(cfg: GQAConfig) -> tuple[np.ndarray, np.ndarray]:
     """Real rotary tables ``cos_MDh2``/``sin_MDh2``: angle = pos / 10000^(2i/Dh)."""
-    half = cfg.head_size // 2
-    inv_freq = 1.0 / _ROPE_BASE ** (2.0 * np.arange(half, dtype=np.float64) / cfg.head_size)
+    half = cfg.rotary_half
+    inv_freq = 1.0 / _ROPE_BASE ** (2.0 * np.arange(half, dtype=np.float64) / (2 * half))
     angle_MDh2 = np.outer(np.arange(cfg.max_seq, dtype=np.float64), inv_freq)
     return np.cos(angle_MDh2).astype(cfg.np_dtype), np.sin(angle_MDh2).astype(cfg.np_dtype)
 
@@ -345,7 +395,22 @@ def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
     feeds["total_sequence_length"] = np.asarray(int(cfg.seqlens_k.max()) + 1, dtype=np.int32)
     if cfg.rotary:
         feeds["cos_cache"], feeds["sin_cache"] = rotary_caches(cfg)
+    if cfg.position_ids:
+        feeds["position_ids"] = default_positions(cfg) + POSITION_SHIFT
+    if cfg.attention_bias:
+        b0 = B if cfg.attention_bias[0] == "B" else 1
+        b1 = cfg.num_heads if cfg.attention_bias[1] == "H" else 1
+        feeds["attention_bias"] = rng.standard_normal((b0, b1, S, cfg.total), dtype=np.float32).astype(cfg.np_dtype)
+    if cfg.head_sink:
+        feeds["head_sink"] = rng.standard_normal((cfg.num_heads,), dtype=np.float32).astype(cfg.np_dtype)
     return feeds
+
+
+def default_positions(cfg: GQAConfig) -> np.ndarray:
+    """int64 [B,S]: the positions onnxruntime uses without position_ids (past_len[b] + s)."""
+    first_prompt = cfg.total == cfg.seq
+    past_BS1 = np.asarray([0 if first_prompt else n for n in cfg.lens], dtype=np.int64)[:, None]
+    return past_BS1 + np.arange(cfg.seq, dtype=np.int64)[None, :]
 
 
 # ---------------------------------------------------------------------------
@@ -435,6 +500,20 @@ def _compare_cache(name: str, got: np.ndarray, want: np.ndarray, seqlens_k: np.n
     return msgs
 
 
+def _compare_qk(got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: float, rtol: float) -> list[str]:
+    """output_qk [B,H,S,total]: per batch row b, only key columns [0, seqlens_k[b]+1)
+    (onnxruntime leaves the others unwritten)."""
+    if got.shape != want.shape:
+        return [f"output_qk: shape {tuple(got.shape)} != onnxruntime's {tuple(want.shape)}"]
+    msgs = []
+    for b, last in enumerate(seqlens_k):
+        cols = int(last) + 1
+        found = _mismatch(got[b, ..., :cols], want[b, ..., :cols], atol, rtol)
+        if found:
+            msgs.append(_describe(f"output_qk[b={b}]: columns [0,{cols})", found, b, want[b, ..., :cols].size))
+    return msgs
+
+
 def compare(
     cfg: GQAConfig,
     got: dict,
@@ -462,6 +541,8 @@ def compare(
         got_arr, want_arr = np.asarray(got[name]), np.asarray(want_arr)
         if name in _CACHE_OUTPUTS:
             msgs += _compare_cache(name, got_arr, want_arr, seqlens_k, atol, rtol)
+        elif name == "output_qk":
+            msgs += _compare_qk(got_arr, want_arr, seqlens_k, atol, rtol)
         else:
             msgs += _compare_output(name, got_arr, want_arr, atol, rtol)
     return msgs

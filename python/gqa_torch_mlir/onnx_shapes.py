@@ -1,0 +1,85 @@
+"""ONNX shape inference that continues past com.microsoft.GroupQueryAttention.
+
+``onnx.shape_inference`` does not know contrib ops: it leaves their outputs,
+and everything computed from them, untyped, and torch-mlir's importer then
+declares those values ``!torch.none``, which its ONNX lowerings refuse.  Here
+each GroupQueryAttention output gets a ``value_info`` computed from the node's
+input types (onnxruntime's schema), and inference runs again; one round per
+GroupQueryAttention that depends on another, at most.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import onnx
+from onnx import helper
+
+GQA = ("com.microsoft", "GroupQueryAttention")
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference where it works; contrib ops it does not know are left as they are."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # models over 2 GB, or inference bugs: import what we have
+        return model
+
+
+def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    model = infer_shapes(model)
+    for _ in range(sum(1 for n in model.graph.node if (n.domain, n.op_type) == GQA)):
+        if not _type_gqa_outputs(model.graph):
+            break
+        model = infer_shapes(model)
+    return model
+
+
+def _known_types(graph: onnx.GraphProto) -> Dict[str, onnx.TypeProto]:
+    types = {}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type
+    for init in graph.initializer:
+        types.setdefault(init.name, helper.make_tensor_type_proto(init.data_type, list(init.dims)))
+    return types
+
+
+def _dims(tp: onnx.TypeProto) -> Optional[List]:
+    if not tp.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
+
+
+def _type_gqa_outputs(graph: onnx.GraphProto) -> bool:
+    """Add value_info for untyped GroupQueryAttention outputs whose inputs are typed."""
+    types, added = _known_types(graph), False
+    for node in graph.node:
+        if (node.domain, node.op_type) != GQA:
+            continue
+        missing = [i for i, name in enumerate(node.output) if name and name not in types]
+        if not missing:
+            continue
+        shapes = _gqa_output_shapes(node, types)
+        if shapes is None:
+            continue
+        elem = types[node.input[0]].tensor_type.elem_type
+        for i in missing:
+            if i < len(shapes):
+                graph.value_info.append(helper.make_tensor_value_info(node.output[i], elem, shapes[i]))
+                added = True
+    return added
+
+
+def _gqa_output_shapes(node: onnx.NodeProto, types) -> Optional[List[List]]:
+    """[output, present_key, present_value, output_qk] shapes; unknown dims as None."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    H, Hkv = attrs.get("num_heads"), attrs.get("kv_num_heads")
+    query = _dims(types[node.input[0]]) if node.input and node.input[0] in types else None
+    if not H or not Hkv or query is None or len(query) != 3 or not isinstance(query[2], int):
+        return None
+    packed = len(node.input) < 2 or not node.input[1]
+    Dh = query[2] // (H + 2 * Hkv) if packed else query[2] // H
+    B, S = query[0], query[1]
+    cache = [B, Hkv, None, Dh]
+    return [[B, S, H * Dh], cache, cache, [B, H, S, None]]
