@@ -417,6 +417,14 @@ class TorchBuilder:
         shape = q.shape[:-1] + v.shape[-1:]
         return self.tensor_op("torch.aten.scaled_dot_product_attention", operands, shape, q.dtype)
 
+    def refine(self, t: Tensor, dims: dict) -> Tensor:
+        """``t`` with dynamic dims ``{index: size}`` refined to static sizes (tensor_static_info_cast)."""
+        shape = tuple(dims.get(i, d) if d is None else d for i, d in enumerate(t.shape))
+        if shape == t.shape:
+            return t
+        (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
+        return Tensor(res, shape, t.dtype)
+
     def static_info_cast(self, t: Tensor, type_text: str):
         """Cast to another shape refinement of the same tensor (e.g. an op's declared result type).
 

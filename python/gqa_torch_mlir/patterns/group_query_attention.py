@@ -35,7 +35,7 @@ from typing import List, Optional
 
 from ..binder import OpBinder
 from ..builder import Dim, Tensor, TorchBuilder
-from ..registry import onnx_op
+from ..registry import Refusal, onnx_op
 from .gqa_support import GqaAttributes, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
@@ -72,7 +72,7 @@ class Step:
 @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)
-    ins = GqaInputs(**validate_inputs(b, attrs))
+    ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)))
     step = step_positions(tb, ins)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
     if attrs.do_rotary:
@@ -94,6 +94,33 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
     results = [output_BSD, present_key_BHkvTDh, present_value_BHkvTDh, qk_BHSTt][: b.num_results]
     return [tb.static_info_cast(t, b.result_type_text(i)) for i, t in enumerate(results)]
+
+
+# -- shapes -----------------------------------------------------------------------
+
+# Where each input holds the batch (B) and sequence (S) dims.
+_BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0}
+_SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1}
+
+
+def unify_dims(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
+    """Give B and S their static size in every input when any input knows it.
+
+    Mixed static and dynamic batch dims are legal ONNX, but torch-mlir's
+    attention lowering rejects operands whose batch dims disagree that way.
+    """
+    for what, dims in (("batch", _BATCH_DIMS), ("sequence", _SEQ_DIMS)):
+        given = {n: getattr(ins, n).shape[d] for n, d in dims.items() if getattr(ins, n) is not None}
+        known = set(given.values()) - {None}
+        if len(known) > 1:
+            sizes = ", ".join(f"{n} {s}" for n, s in given.items() if s is not None)
+            raise Refusal(f"the inputs disagree on the {what} size: {sizes}")
+        if len(known) == 1:
+            size = known.pop()
+            for name, d in dims.items():
+                if getattr(ins, name) is not None:
+                    setattr(ins, name, tb.refine(getattr(ins, name), {d: size}))
+    return ins
 
 
 # -- positions ------------------------------------------------------------------
