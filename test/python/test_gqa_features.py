@@ -53,6 +53,11 @@ FEATURES = [
     ("gemma2_like_f32_dynamic", C(batch=2, seq=1, past=7, past_lens=(7, 2), rotary=True, dynamic=True), {"local_window_size": 4, "softcap": 30.0, "scale": 0.125}),
     ("sink_smooth_bias_f16", C(batch=1, seq=1, past=4, dtype="float16", dynamic=True, head_sink=True, attention_bias="11"), {"smooth_softmax": 1}),
     ("packed_window_sink", C(batch=1, seq=2, past=5, packed=True, head_sink=True, rotary=True), {"local_window_size": 3}),
+    ("query_seqlens_batched_chunks", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1)), {}),
+    ("query_seqlens_idle_entry", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(2, 0), rotary=True), {}),
+    ("query_seqlens_dynamic", C(batch=3, seq=4, past=10, past_lens=(0, 5, 3), query_lens=(4, 2, 1), rotary=True, dynamic=True), {}),
+    ("query_seqlens_position_ids", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), rotary=True, position_ids=True), {}),
+    ("query_seqlens_window_softcap_f16", C(batch=2, seq=2, past=6, past_lens=(3, 4), query_lens=(2, 1), dtype="float16"), {"local_window_size": 3, "softcap": 4.0}),
     # onnxruntime enables these flags only for the exact value 1: 2 means off.
     ("do_rotary_two_means_off", C(batch=1, seq=1, past=3), {"do_rotary": 2}),
     ("smooth_softmax_two_means_off", C(batch=1, seq=1, past=3), {"smooth_softmax": 2}),
@@ -68,6 +73,8 @@ def _without_feature(cfg: GQAConfig, attrs: dict):
     """The same model with the feature removed (None when the feature is the cache mode)."""
     from dataclasses import replace
 
+    if cfg.query_lens is not None:
+        return None  # onnxruntime has no unpadded twin for batched chunks with a past
     base = replace(cfg, rotary_interleaved=False, rotary_dim=None, position_ids=False, attention_bias="", head_sink=False)
     if set(attrs) == {"qk_output"} or (set(attrs) == {"causal"} and cfg.seq == 1):
         return None  # output_qk is itself compared; a single query sees every key either way

@@ -94,7 +94,7 @@ INPUTS: List[InputRule] = [
     InputRule(13, "v_scale", False, "refused when given (quantized cache)"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
-    InputRule(16, "query_seqlens", False, "refused when given (right-padded chunks are not lowered yet)"),
+    InputRule(16, "query_seqlens", True, "int32 [B]: valid rows of right-padded chunks (past_len = seqlens_k + 1 - query_seqlens); needs causal=1 and past"),
 ]
 
 OUTPUTS = ["output", "present_key", "present_value", "output_qk"]
@@ -302,6 +302,15 @@ def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
         _check_dtype(bias, 10, dtype)
         if bias.shape[1] not in (1, attrs.num_heads, None):
             raise Refusal(f"dimension 1 ({bias.shape[1]}) must be 1 or num_heads ({attrs.num_heads})", _input_subject(10))
+    qlens = t["query_seqlens"]
+    if qlens is not None:
+        _check_rank(qlens, 16, 1)
+        if qlens.dtype != "si32":
+            raise Refusal(f"element type {qlens.dtype} is not supported; onnxruntime requires int32", _input_subject(16))
+        if not attrs.causal:
+            raise Refusal("requires causal=1 (onnxruntime rejects it otherwise)", _input_subject(16))
+        if t["past_key"] is None:
+            raise Refusal("requires past_key and past_value (onnxruntime rejects it otherwise)", _input_subject(16))
     sink = t["head_sink"]
     if sink is not None:
         _check_rank(sink, 11, 1)

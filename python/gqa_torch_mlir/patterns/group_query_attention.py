@@ -55,6 +55,7 @@ class GqaInputs:
     position_ids: Optional[Tensor]  # [B,S] si64
     attention_bias: Optional[Tensor]  # [B|1,H|1,S,Tt]
     head_sink: Optional[Tensor]  # [H]
+    query_seqlens: Optional[Tensor]  # [B] si32: valid rows of a right-padded chunk
     head_size: int
 
 
@@ -65,7 +66,7 @@ class Step:
     S: Dim
     seqlens_B: Tensor  # si64 [B]
     total: Tensor  # si64 [] (or [1])
-    first_prompt: Tensor  # i1 [] (or [1]): S == total_sequence_length
+    first_prompt: Optional[Tensor]  # i1 [] (or [1]): S == total_sequence_length; None with query_seqlens
     position_BS: Tensor  # si64 [B,S]: past_len[b] + s
 
 
@@ -99,7 +100,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
 # -- shapes -----------------------------------------------------------------------
 
 # Where each input holds the batch (B) and sequence (S) dims.
-_BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0}
+_BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0, "query_seqlens": 0}
 _SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1}
 
 
@@ -127,13 +128,18 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
 
 
 def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
-    """past_len[b] = 0 on a first prompt (S == total_sequence_length), else seqlens_k[b] + 1 - S."""
+    """past_len[b]: seqlens_k[b] + 1 - query_seqlens[b] for a right-padded chunk;
+    else 0 on a first prompt (S == total_sequence_length), seqlens_k[b] + 1 - S otherwise."""
     S = tb.size(ins.query, 1)
     seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, 1)  # [B,1]|[1,B] -> [B]
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
     total = tb.to_dtype(ins.total_sequence_length, "si64")  # si32 [] -> si64 []
-    first_prompt = tb.eq_scalar(total, S)
-    past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
+    if ins.query_seqlens is not None:  # total_sequence_length is only an upper bound then
+        first_prompt = None
+        past_len_B = tb.sub(tb.add_scalar(seqlens_B, 1), tb.to_dtype(ins.query_seqlens, "si64"))  # [B]
+    else:
+        first_prompt = tb.eq_scalar(total, S)
+        past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
     position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
     return Step(S, seqlens_B, total, first_prompt, position_BS)
 
@@ -147,6 +153,8 @@ def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
     """
     if ins.position_ids is None:
         return step.position_BS
+    if step.first_prompt is None:  # right-padded chunks: every row reads its own ids
+        return ins.position_ids
     # B >= 1 and S >= 1 (onnxruntime requires both), so [0:1, 0:1] is in bounds.
     base_11 = tb.slice(tb.slice(ins.position_ids, 0, 0, 1, in_bounds=True), 1, 0, 1, in_bounds=True)  # [B,S] -> [1,1]
     first_prompt_1S = tb.add(base_11, tb.arange(step.S))  # [1,1] + [S] -> [1,S]

@@ -58,11 +58,17 @@ INPUT_SLOTS: tuple[str, ...] = (
     "position_ids",
     "attention_bias",
     "head_sink",
+    "k_scale",
+    "v_scale",
+    "q_norm_weight",
+    "k_norm_weight",
+    "query_seqlens",
 )
 _CACHE_OUTPUTS = ("present_key", "present_value")
 _DTYPES = {"float32": np.float32, "float16": np.float16}
 _DEFAULT_TOL = {"float32": (1e-4, 1e-4), "float16": (2e-2, 2e-2)}
 _OPSET_DEFAULT = 21
+_BUILDER_SLOTS = 12
 _OPSET_MS = 1
 _IR_VERSION = 10  # the IR version of opset 21; onnxruntime 1.32 accepts it
 _JUNK_SCALE = 100.0  # std-dev of the junk written into invalid past rows
@@ -97,10 +103,16 @@ class GQAConfig:
     position_ids: bool = False  # feed explicit position ids (shifted by POSITION_SHIFT from the default)
     attention_bias: str = ""  # "", or the broadcast form of its first two dims: "BH", "B1", "1H", "11"
     head_sink: bool = False
+    # Right-padded chunks: valid query rows per batch row (feeds the query_seqlens input).
+    query_lens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.past_lens is not None and not isinstance(self.past_lens, tuple):
             object.__setattr__(self, "past_lens", tuple(int(n) for n in self.past_lens))
+        if self.query_lens is not None:
+            object.__setattr__(self, "query_lens", tuple(int(n) for n in self.query_lens))
+            if len(self.query_lens) != self.batch or not all(0 <= q <= self.seq for q in self.query_lens):
+                raise ValueError(f"query_lens needs {self.batch} entries in [0, seq={self.seq}], got {self.query_lens}")
         self._check_sizes()
         self._check_past_lens()
         self._check_rotary()
@@ -133,6 +145,8 @@ class GQAConfig:
         bad = [n for n in self.past_lens if not 0 <= n <= self.past]
         if bad:
             raise ValueError(f"past_lens entries must lie in [0, past={self.past}], got {bad}")
+        if self.query_lens is not None:  # total_sequence_length is only an upper bound
+            return
         if self.fixed_capacity:
             if max(self.past_lens) + self.seq > self.past:
                 raise ValueError(f"fixed capacity {self.past} cannot hold past_lens {self.past_lens} + seq {self.seq}")
@@ -159,7 +173,7 @@ class GQAConfig:
         if self.fixed_capacity and self.seq > self.past:
             raise ValueError(f"fixed capacity {self.past} is smaller than seq {self.seq}")
         first_prompt = self.fixed_capacity and max(self.lens) == 0
-        if self.seq > 1 and self.past > 0 and self.batch > 1 and not first_prompt:
+        if self.seq > 1 and self.past > 0 and self.batch > 1 and not first_prompt and self.query_lens is None:
             raise ValueError(
                 f"seq={self.seq} > 1 with past={self.past} > 0 needs batch == 1 "
                 f"(got batch={self.batch}): onnxruntime rejects multi-token steps "
@@ -171,6 +185,8 @@ class GQAConfig:
     @property
     def total(self) -> int:
         """total_sequence_length: P + S, or max(past_lens) + S with a fixed capacity."""
+        if self.query_lens is not None:  # only an upper bound of seqlens_k + 1 then
+            return self.past + self.seq
         return max(self.lens) + self.seq if self.fixed_capacity else self.past + self.seq
 
     @property
@@ -198,9 +214,14 @@ class GQAConfig:
         return ((self.past - self.seq) if self.fixed_capacity else self.past,) * self.batch
 
     @property
+    def new_lens(self) -> tuple[int, ...]:
+        """Tokens each batch row adds this step: query_lens, or S."""
+        return self.query_lens if self.query_lens is not None else (self.seq,) * self.batch
+
+    @property
     def seqlens_k(self) -> np.ndarray:
-        """int32 [B]: past_lens[b] + S - 1."""
-        return np.asarray([n + self.seq - 1 for n in self.lens], dtype=np.int32)
+        """int32 [B]: past_lens[b] + new tokens - 1."""
+        return np.asarray([n + q - 1 for n, q in zip(self.lens, self.new_lens)], dtype=np.int32)
 
     @property
     def np_dtype(self) -> type:
@@ -238,6 +259,7 @@ class GQAConfig:
             "pos": self.position_ids,
             f"bias{self.attention_bias}": bool(self.attention_bias),
             "sink": self.head_sink,
+            "ql" + "-".join(map(str, self.query_lens or ())): self.query_lens is not None,
         }
         parts += [k for k, on in flags.items() if on]
         return "_".join(parts)
@@ -287,6 +309,8 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
         shapes.append(("attention_bias", elem, [b0, b1, d["S"], d["TT"]]))
     if cfg.head_sink:
         shapes.append(("head_sink", elem, [cfg.num_heads]))
+    if cfg.query_lens is not None:
+        shapes.append(("query_seqlens", TensorProto.INT32, [d["B"]]))
     return [helper.make_tensor_value_info(n, t, s) for n, t, s in shapes]
 
 
@@ -314,7 +338,11 @@ def _node_input_names(cfg: GQAConfig) -> list[str]:
     if cfg.rotary:
         present |= {"cos_cache", "sin_cache"}
     present |= {name for name, on in (("position_ids", cfg.position_ids), ("attention_bias", cfg.attention_bias), ("head_sink", cfg.head_sink)) if on}
+    if cfg.query_lens is not None:
+        present.add("query_seqlens")
     names = [slot if slot in present else "" for slot in INPUT_SLOTS]
+    while len(names) > _BUILDER_SLOTS and names[-1] == "":  # onnxruntime-genai's builder emits 12
+        names.pop()
     if not cfg.trailing_empty:
         while names and names[-1] == "":
             names.pop()
@@ -403,6 +431,8 @@ def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
         feeds["attention_bias"] = rng.standard_normal((b0, b1, S, cfg.total), dtype=np.float32).astype(cfg.np_dtype)
     if cfg.head_sink:
         feeds["head_sink"] = rng.standard_normal((cfg.num_heads,), dtype=np.float32).astype(cfg.np_dtype)
+    if cfg.query_lens is not None:
+        feeds["query_seqlens"] = np.asarray(cfg.query_lens, dtype=np.int32)
     return feeds
 
 
@@ -543,6 +573,9 @@ def compare(
             msgs += _compare_cache(name, got_arr, want_arr, seqlens_k, atol, rtol)
         elif name == "output_qk":
             msgs += _compare_qk(got_arr, want_arr, seqlens_k, atol, rtol)
+        elif "query_seqlens" in feeds:  # rows past query_seqlens[b] are padding: unspecified
+            for b, q in enumerate(np.asarray(feeds["query_seqlens"]).reshape(-1)):
+                msgs += [m.replace("[b=0]", f"[b={b}]") for m in _compare_output(name, got_arr[b : b + 1, : int(q)], want_arr[b : b + 1, : int(q)], atol, rtol)]
         else:
             msgs += _compare_output(name, got_arr, want_arr, atol, rtol)
     return msgs
