@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 # The torch dtype codes (c10::ScalarType) of the element types we emit.
-DTYPE_CODES = {"f16": 5, "f32": 6, "f64": 7, "bf16": 15, "si64": 4, "si32": 3, "i1": 11}
+DTYPE_CODES = {"f16": 5, "f32": 6, "f64": 7, "bf16": 15, "si64": 4, "si32": 3, "si8": 1, "ui8": 0, "i1": 11}
 FLOAT_DTYPES = ("f16", "f32", "f64", "bf16")
 
 _VTENSOR_RE = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
@@ -377,6 +377,22 @@ class TorchBuilder:
         scalar = self.float(if_true) if isinstance(if_true, float) else self.int(if_true)
         shape = broadcast_shapes(cond.shape, other.shape)
         return self.tensor_op("torch.aten.where.ScalarSelf", [cond.value, scalar, other.value], shape, other.dtype)
+
+    def clamp(self, t: Tensor, low: float, high: float) -> Tensor:
+        return self.tensor_op("torch.aten.clamp", [t.value, self.float(low), self.float(high)], t.shape, t.dtype)
+
+    def round(self, t: Tensor) -> Tensor:
+        """Round half to even, like numpy's rint."""
+        return self.tensor_op("torch.aten.round", [t.value], t.shape, t.dtype)
+
+    def add_float(self, t: Tensor, scalar: float) -> Tensor:
+        return self.tensor_op("torch.aten.add.Scalar", [t.value, self.float(scalar), self.int(1)], t.shape, t.dtype)
+
+    def remainder_scalar(self, t: Tensor, divisor: int) -> Tensor:
+        return self.tensor_op("torch.aten.remainder.Scalar", [t.value, self.int(divisor)], t.shape, t.dtype)
+
+    def floor_divide_scalar(self, t: Tensor, divisor: int) -> Tensor:
+        return self.tensor_op("torch.aten.floor_divide.Scalar", [t.value, self.int(divisor)], t.shape, t.dtype)
 
     def clamp_min(self, t: Tensor, low: float) -> Tensor:
         return self.tensor_op("torch.aten.clamp_min", [t.value, self.float(low)], t.shape, t.dtype)

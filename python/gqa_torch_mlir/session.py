@@ -42,7 +42,7 @@ _ONNX_TYPE_NAMES = {
     onnx.TensorProto.BOOL: "tensor(bool)",
 }
 
-BACKENDS = ("refbackend",)
+BACKENDS = ("refbackend", "iree-cpu")
 
 
 @dataclass(frozen=True)
@@ -69,22 +69,20 @@ def _node_args(values: Sequence[onnx.ValueInfoProto], skip=frozenset()) -> List[
 class InferenceSession:
     """Compile an ONNX model once; run it with onnxruntime's ``run`` signature.
 
-    ``backend`` is ``"refbackend"`` (the only one so far).  ``threads`` is
-    accepted for API parity and recorded: the refbackend runs on one thread.
+    ``backend`` is ``"refbackend"`` or ``"iree-cpu"`` (our pass inside IREE's
+    bindings, IREE's llvm-cpu codegen, run by ``iree.runtime``; needs the
+    ``iree`` extra).  ``threads`` is the iree-cpu worker count (1: the calling
+    thread only); the refbackend records it and runs on one thread.
     """
 
     def __init__(self, model: ModelLike, backend: str = "refbackend", threads: Optional[int] = None):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
-        from .backends.refbackend import RefBackend
-
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        module = compile(proto, "linalg-on-tensors")
-        self._compiled = RefBackend(threads=threads).compile(module)
-        self._function = _main_function_name(module)
+        self._compiled, self._function = _compile_for(backend, proto, threads)
 
     def get_inputs(self) -> List[NodeArg]:
         return list(self._inputs)
@@ -97,7 +95,8 @@ class InferenceSession:
         unknown = set(input_feed) - {a.name for a in self._inputs}
         if unknown:
             raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(unknown))}")
-        results = dict(zip((o.name for o in self._outputs), self._compiled.invoke(self._function, *args)))
+        raw = self._compiled.invoke(self._function, *[_signless(a) for a in args])
+        results = {o.name: _as_onnx_type(r, o) for o, r in zip(self._outputs, raw)}
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
         missing = [n for n in names if n not in results]
         if missing:
@@ -118,6 +117,33 @@ class InferenceSession:
             if isinstance(d, int) and d > 0 and d != n:
                 raise RuntimeInvocationError(f"input '{arg.name}': dimension {i} must be {d}, got shape {value.shape}")
         return value
+
+
+def _signless(array: np.ndarray) -> np.ndarray:
+    """Compiled code has signless integers: uint8 data crosses as the same bytes typed int8."""
+    return array.view(np.int8) if array.dtype == np.uint8 else array
+
+
+def _as_onnx_type(array: np.ndarray, arg: NodeArg) -> np.ndarray:
+    want = _ONNX_TO_NUMPY.get(arg.elem_type)
+    if want is not None and array.dtype != want and np.dtype(want).itemsize == array.dtype.itemsize:
+        return array.view(want)
+    return array
+
+
+def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int]):
+    """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
+    if backend == "iree-cpu":
+        try:
+            from .backends.iree import IreeCpuBackend
+        except ImportError as e:
+            raise GqaTorchMlirError(f"backend 'iree-cpu' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
+        compiled = IreeCpuBackend(threads=threads).compile(proto)
+        return compiled, compiled.function
+    from .backends.refbackend import RefBackend
+
+    module = compile(proto, "linalg-on-tensors")
+    return RefBackend(threads=threads).compile(module), _main_function_name(module)
 
 
 def _main_function_name(module) -> str:

@@ -58,6 +58,13 @@ FEATURES = [
     ("query_seqlens_dynamic", C(batch=3, seq=4, past=10, past_lens=(0, 5, 3), query_lens=(4, 2, 1), rotary=True, dynamic=True), {}),
     ("query_seqlens_position_ids", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), rotary=True, position_ids=True), {}),
     ("query_seqlens_window_softcap_f16", C(batch=2, seq=2, past=6, past_lens=(3, 4), query_lens=(2, 1), dtype="float16"), {"local_window_size": 3, "softcap": 4.0}),
+    ("int8_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=8), {}),
+    ("int8_cache_per_channel_rotary", C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", rotary=True), {}),
+    ("int8_cache_prefill", C(batch=1, seq=4, past=0, kv_bits=8, rotary=True), {}),
+    ("int8_cache_fixed_capacity", C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True, kv_bits=8, dynamic=True), {}),
+    ("int4_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=4), {}),
+    ("int4_cache_per_channel_dynamic", C(batch=2, seq=1, past=6, past_lens=(6, 2), kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), {}),
+    ("int4_cache_f16_chunk", C(batch=1, seq=3, past=5, kv_bits=4, dtype="float16"), {}),
     # onnxruntime enables these flags only for the exact value 1: 2 means off.
     ("do_rotary_two_means_off", C(batch=1, seq=1, past=3), {"do_rotary": 2}),
     ("smooth_softmax_two_means_off", C(batch=1, seq=1, past=3), {"smooth_softmax": 2}),
@@ -75,7 +82,7 @@ def _without_feature(cfg: GQAConfig, attrs: dict):
 
     if cfg.query_lens is not None:
         return None  # onnxruntime has no unpadded twin for batched chunks with a past
-    base = replace(cfg, rotary_interleaved=False, rotary_dim=None, position_ids=False, attention_bias="", head_sink=False)
+    base = replace(cfg, rotary_interleaved=False, rotary_dim=None, position_ids=False, attention_bias="", head_sink=False, kv_bits=0)
     if set(attrs) == {"qk_output"} or (set(attrs) == {"causal"} and cfg.seq == 1):
         return None  # output_qk is itself compared; a single query sees every key either way
     if attrs:

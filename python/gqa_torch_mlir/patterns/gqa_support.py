@@ -37,6 +37,9 @@ def _positive_finite(v):
     return math.isfinite(v) and v > 0.0
 
 
+QUANT_TYPES = ("NONE", "PER_TENSOR", "PER_CHANNEL")
+
+
 def _any_int(v):
     return True
 
@@ -59,9 +62,9 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "causal": AttrRule("int", 1, _is(0, 1), "0 or 1 (0 requires local_window_size -1)"),
     "qk_output": AttrRule("int", 0, _is(0, 1, 2), "0, 1 (scores before softmax) or 2 (after), with output 3"),
     "sliding_window_cache": AttrRule("int", 0, lambda v: v != 1, "any value but 1 (window-sized caches are not lowered yet)"),
-    "kv_cache_bit_width": AttrRule("int", None, _is(0), "absent or 0 (quantized caches are not lowered)"),
-    "k_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
-    "v_quant_type": AttrRule("string", "NONE", _is("NONE"), "'NONE' (quantized caches are not lowered)"),
+    "kv_cache_bit_width": AttrRule("int", 0, _is(0, 4, 8), "0 without quantization; 8 (int8 cache) or 4 (uint8 cache, two values a byte) with it"),
+    "k_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as v_quant_type)"),
+    "v_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as k_quant_type)"),
     # Epsilons only matter with q_norm_weight/k_norm_weight, which are refused.
     "qk_norm_epsilon": AttrRule("float", 1e-6, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
     "q_norm_epsilon": AttrRule("float", None, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
@@ -81,7 +84,7 @@ INPUTS: List[InputRule] = [
     InputRule(0, "query", True, "[B,S,H*Dh], or packed QKV [B,S,(H+2*Hkv)*Dh]; f32 or f16 (onnxruntime's CPU kernel has no bf16)"),
     InputRule(1, "key", True, "[B,S,Hkv*Dh]; absent (empty name) with packed QKV"),
     InputRule(2, "value", True, "[B,S,Hkv*Dh]; absent with packed QKV"),
-    InputRule(3, "past_key", True, "[B,Hkv,P,Dh] or absent (empty past); present has max(P, total_sequence_length) rows"),
+    InputRule(3, "past_key", True, "[B,Hkv,P,Dh] (int8, or uint8 [B,Hkv,P,Dh/2], when quantized) or absent (empty past); present has max(P, total_sequence_length) rows"),
     InputRule(4, "past_value", True, "[B,Hkv,P,Dh]; given together with past_key"),
     InputRule(5, "seqlens_k", True, "int32 [B] (or [B,1] / [1,B]): total tokens - 1 per row (ragged rows allowed)"),
     InputRule(6, "total_sequence_length", True, "int32 scalar: P+S (growing cache), <= P (fixed capacity), S on a first prompt"),
@@ -90,8 +93,8 @@ INPUTS: List[InputRule] = [
     InputRule(9, "position_ids", True, "int64 [B,S]: rotary positions (a first prompt uses position_ids[0,0] + s, as onnxruntime)"),
     InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
     InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
-    InputRule(12, "k_scale", False, "refused when given (quantized cache)"),
-    InputRule(13, "v_scale", False, "refused when given (quantized cache)"),
+    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache"),
+    InputRule(13, "v_scale", True, "like k_scale"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(16, "query_seqlens", True, "int32 [B]: valid rows of right-padded chunks (past_len = seqlens_k + 1 - query_seqlens); needs causal=1 and past"),
@@ -112,6 +115,8 @@ class GqaAttributes:
     smooth_softmax: bool
     causal: bool
     qk_output: int
+    quant_type: str  # "NONE", "PER_TENSOR" or "PER_CHANNEL"
+    kv_bits: int  # 0 (float cache), 8 or 4
 
 
 def _read(b: OpBinder, name: str, rule: AttrRule):
@@ -142,6 +147,7 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
             f"must be -1 when causal is 0, got {values['local_window_size']} (onnxruntime rejects it too)",
             "attribute 'local_window_size'",
         )
+    _check_quantization(values)
     return GqaAttributes(
         num_heads=values["num_heads"],
         kv_num_heads=values["kv_num_heads"],
@@ -153,7 +159,21 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
         smooth_softmax=values["smooth_softmax"] == 1,
         causal=values["causal"] == 1,
         qk_output=values["qk_output"],
+        quant_type=values["k_quant_type"],
+        kv_bits=values["kv_cache_bit_width"] if values["k_quant_type"] != "NONE" else 0,
     )
+
+
+def _check_quantization(values: dict):
+    quant, bits = values["k_quant_type"], values["kv_cache_bit_width"]
+    if quant != values["v_quant_type"]:
+        raise Refusal(f"'{values['v_quant_type']}' differs from k_quant_type '{quant}' (onnxruntime requires them equal)", "attribute 'v_quant_type'")
+    if quant == "NONE" and bits != 0:
+        raise Refusal(f"value {bits} needs k_quant_type/v_quant_type other than 'NONE'", "attribute 'kv_cache_bit_width'")
+    if quant != "NONE" and bits not in (4, 8):
+        raise Refusal(f"value {bits} is not supported with {quant} quantization; supported: 8 or 4", "attribute 'kv_cache_bit_width'")
+    if quant != "NONE" and values["qk_output"]:
+        raise Refusal("is not supported with a quantized cache", "attribute 'qk_output'")
 
 
 def _input_subject(slot: int) -> str:
@@ -240,14 +260,37 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
         _check_dtype(x, slot, dtype)
     if (t["past_key"] is None) != (t["past_value"] is None):
         raise Refusal("past_key and past_value must be both given or both absent", _input_subject(3 if t["past_key"] is None else 4))
+    cache_dtype, cache_width = {0: (dtype, Dh), 8: ("si8", Dh), 4: ("ui8", Dh // 2)}[attrs.kv_bits]
     for slot, name in ((3, "past_key"), (4, "past_value")):
         cache = t[name]
         if cache is None:
+            if attrs.kv_bits:
+                raise Refusal("is required with a quantized cache", _input_subject(slot))
             continue
         _check_rank(cache, slot, 4)
         _check_dim(cache, slot, 1, Hkv, "kv_num_heads")
-        _check_dim(cache, slot, 3, Dh, "head_size")
-        _check_dtype(cache, slot, dtype)
+        _check_dim(cache, slot, 3, cache_width, "head_size" if cache_width == Dh else "head_size / 2 (4-bit cache)")
+        if cache.dtype != cache_dtype:
+            raise Refusal(f"element type {cache.dtype} must be {cache_dtype} for this cache (kv_cache_bit_width {attrs.kv_bits})", _input_subject(slot))
+    _check_scales(t, attrs, Dh)
+
+
+def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
+    for slot, name in ((12, "k_scale"), (13, "v_scale")):
+        scale = t[name]
+        if not attrs.kv_bits:
+            if scale is not None:
+                raise Refusal("is given but k_quant_type/v_quant_type are 'NONE'", _input_subject(slot))
+            continue
+        if scale is None:
+            raise Refusal(f"is required with {attrs.quant_type} quantization", _input_subject(slot))
+        if scale.dtype != "f32":
+            raise Refusal(f"element type {scale.dtype} is not supported; onnxruntime requires float32", _input_subject(slot))
+        per_channel = (1, attrs.kv_num_heads, 1, Dh)
+        ok = scale.shape == per_channel if attrs.quant_type == "PER_CHANNEL" else all(d == 1 for d in scale.shape)
+        if not ok:
+            want = "[1,Hkv,1,Dh] = " + _fmt(per_channel) if attrs.quant_type == "PER_CHANNEL" else "one element ([1])"
+            raise Refusal(f"shape {_fmt(scale.shape)} is not supported for {attrs.quant_type}; supported: {want}", _input_subject(slot))
 
 
 def _check_dtype(x, slot: int, dtype: str):

@@ -36,6 +36,7 @@ from typing import List, Optional
 from ..binder import OpBinder
 from ..builder import Dim, Tensor, TorchBuilder
 from ..registry import Refusal, onnx_op
+from .gqa_cache import CacheCodec
 from .gqa_support import GqaAttributes, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
@@ -55,6 +56,8 @@ class GqaInputs:
     position_ids: Optional[Tensor]  # [B,S] si64
     attention_bias: Optional[Tensor]  # [B|1,H|1,S,Tt]
     head_sink: Optional[Tensor]  # [H]
+    k_scale: Optional[Tensor]  # f32 [1] or [1,Hkv,1,Dh], with a quantized cache
+    v_scale: Optional[Tensor]
     query_seqlens: Optional[Tensor]  # [B] si32: valid rows of a right-padded chunk
     head_size: int
 
@@ -80,20 +83,23 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         rotary = RotaryTables.gather(tb, ins, rotary_positions(tb, ins, step), attrs.rotary_interleaved)
         query_BHSDh = rotary.apply(tb, query_BHSDh)
         key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
+    codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
+    key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     past_key, past_value = past_caches(tb, ins, attrs)
     capacity_growth = cache_growth(tb, b, step, past_key)
-    index_BHkvSDh = cache_index(tb, step.position_BS, attrs.kv_num_heads, ins.head_size)
-    present_key_BHkvTDh = write_cache(tb, past_key, key_BHkvSDh, index_BHkvSDh, capacity_growth)
-    present_value_BHkvTDh = write_cache(tb, past_value, value_BHkvSDh, index_BHkvSDh, capacity_growth)
-    visible_BST = visible_keys(tb, step, attrs, tb.size(present_key_BHkvTDh, 2))
-    bias = padded_bias(tb, ins, step, present_key_BHkvTDh)
-    if needs_scores(attrs, ins):
-        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, present_key_BHkvTDh, present_value_BHkvTDh, visible_BST, bias)
+    index_BHkvSDc = cache_index(tb, step.position_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+    present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
+    present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
+    key_BHkvTDh, value_BHkvTDh = codec.decode(tb, present_key_BHkvTDc, "key"), codec.decode(tb, present_value_BHkvTDc, "value")
+    visible_BST = visible_keys(tb, step, attrs, tb.size(present_key_BHkvTDc, 2))
+    bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
+    if needs_scores(attrs, ins) or codec.quantized:
+        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias)
     else:
-        attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, present_key_BHkvTDh, present_value_BHkvTDh, visible_BST, bias), None
+        attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias), None
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
-    results = [output_BSD, present_key_BHkvTDh, present_value_BHkvTDh, qk_BHSTt][: b.num_results]
+    results = [output_BSD, present_key_BHkvTDc, present_value_BHkvTDc, qk_BHSTt][: b.num_results]
     return [tb.static_info_cast(t, b.result_type_text(i)) for i, t in enumerate(results)]
 
 
@@ -256,10 +262,10 @@ def _declared_present_rows(b: OpBinder) -> Optional[int]:
     return None
 
 
-def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dh: int) -> Tensor:
-    """Scatter index for the new K/V rows: position[b,s] broadcast to [B,Hkv,S,Dh]."""
+def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dc: int) -> Tensor:
+    """Scatter index for the new K/V rows: position[b,s] broadcast to [B,Hkv,S,Dc] (Dc: stored row width)."""
     index_B1S1 = tb.unsqueeze(tb.unsqueeze(position_BS, 1), 3)  # [B,S] -> [B,1,S] -> [B,1,S,1]
-    return tb.expand(index_B1S1, [-1, Hkv, -1, Dh])  # -> [B,Hkv,S,Dh]
+    return tb.expand(index_B1S1, [-1, Hkv, -1, Dc])  # -> [B,Hkv,S,Dc]
 
 
 def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, index_BHkvSDh: Tensor, growth: Dim) -> Tensor:

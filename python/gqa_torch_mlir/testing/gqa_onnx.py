@@ -105,6 +105,9 @@ class GQAConfig:
     head_sink: bool = False
     # Right-padded chunks: valid query rows per batch row (feeds the query_seqlens input).
     query_lens: tuple[int, ...] | None = None
+    # Quantized cache: 0 (float), 8 (int8) or 4 (uint8, two values a byte); scales PER_TENSOR or PER_CHANNEL.
+    kv_bits: int = 0
+    quant_type: str = "PER_TENSOR"
 
     def __post_init__(self) -> None:
         if self.past_lens is not None and not isinstance(self.past_lens, tuple):
@@ -260,9 +263,19 @@ class GQAConfig:
             f"bias{self.attention_bias}": bool(self.attention_bias),
             "sink": self.head_sink,
             "ql" + "-".join(map(str, self.query_lens or ())): self.query_lens is not None,
+            f"q{self.kv_bits}{self.quant_type[4].lower()}": self.kv_bits != 0,
         }
         parts += [k for k, on in flags.items() if on]
         return "_".join(parts)
+
+    @property
+    def cache_width(self) -> int:
+        """Last dim of past/present: Dh, or Dh/2 for a 4-bit cache."""
+        return self.head_size // 2 if self.kv_bits == 4 else self.head_size
+
+    @property
+    def scale_shape(self) -> list[int]:
+        return [1, self.kv_num_heads, 1, self.head_size] if self.quant_type == "PER_CHANNEL" else [1]
 
     @property
     def rotary_half(self) -> int:
@@ -288,13 +301,13 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
     d = _dims(cfg)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(cfg.np_dtype))
     kv_width = cfg.kv_num_heads * cfg.head_size
-    cache_BHkvPDh = [d["B"], cfg.kv_num_heads, d["P"], cfg.head_size]
+    cache_BHkvPDh = [d["B"], cfg.kv_num_heads, d["P"], cfg.cache_width]
     shapes: list[tuple[str, int, list[Dim]]] = [("query", elem, [d["B"], d["S"], cfg.query_width])]
     if not cfg.packed:
         shapes += [("key", elem, [d["B"], d["S"], kv_width]), ("value", elem, [d["B"], d["S"], kv_width])]
     shapes += [
-        ("past_key", elem, cache_BHkvPDh),
-        ("past_value", elem, cache_BHkvPDh),
+        ("past_key", _cache_elem(cfg), cache_BHkvPDh),
+        ("past_value", _cache_elem(cfg), cache_BHkvPDh),
         ("seqlens_k", TensorProto.INT32, [d["B"]]),
         ("total_sequence_length", TensorProto.INT32, []),
     ]
@@ -309,6 +322,8 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
         shapes.append(("attention_bias", elem, [b0, b1, d["S"], d["TT"]]))
     if cfg.head_sink:
         shapes.append(("head_sink", elem, [cfg.num_heads]))
+    if cfg.kv_bits:
+        shapes += [("k_scale", TensorProto.FLOAT, cfg.scale_shape), ("v_scale", TensorProto.FLOAT, cfg.scale_shape)]
     if cfg.query_lens is not None:
         shapes.append(("query_seqlens", TensorProto.INT32, [d["B"]]))
     return [helper.make_tensor_value_info(n, t, s) for n, t, s in shapes]
@@ -317,11 +332,11 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
 def _graph_outputs(cfg: GQAConfig, with_qk: bool) -> list[onnx.ValueInfoProto]:
     d = _dims(cfg)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(cfg.np_dtype))
-    cache_BHkvTDh = [d["B"], cfg.kv_num_heads, d["T"], cfg.head_size]
+    cache_BHkvTDh = [d["B"], cfg.kv_num_heads, d["T"], cfg.cache_width]
     outs = [
         helper.make_tensor_value_info("output", elem, [d["B"], d["S"], cfg.num_heads * cfg.head_size]),
-        helper.make_tensor_value_info("present_key", elem, cache_BHkvTDh),
-        helper.make_tensor_value_info("present_value", elem, cache_BHkvTDh),
+        helper.make_tensor_value_info("present_key", _cache_elem(cfg), cache_BHkvTDh),
+        helper.make_tensor_value_info("present_value", _cache_elem(cfg), cache_BHkvTDh),
     ]
     if with_qk:
         qk_BHST = [d["B"], cfg.num_heads, d["S"], d["TT"]]
@@ -340,6 +355,8 @@ def _node_input_names(cfg: GQAConfig) -> list[str]:
     present |= {name for name, on in (("position_ids", cfg.position_ids), ("attention_bias", cfg.attention_bias), ("head_sink", cfg.head_sink)) if on}
     if cfg.query_lens is not None:
         present.add("query_seqlens")
+    if cfg.kv_bits:
+        present |= {"k_scale", "v_scale"}
     names = [slot if slot in present else "" for slot in INPUT_SLOTS]
     while len(names) > _BUILDER_SLOTS and names[-1] == "":  # onnxruntime-genai's builder emits 12
         names.pop()
@@ -359,6 +376,8 @@ def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelPro
     attrs: dict = {"num_heads": cfg.num_heads, "kv_num_heads": cfg.kv_num_heads, "do_rotary": int(cfg.rotary)}
     if cfg.rotary:
         attrs["rotary_interleaved"] = int(cfg.rotary_interleaved)
+    if cfg.kv_bits:
+        attrs.update(k_quant_type=cfg.quant_type, v_quant_type=cfg.quant_type, kv_cache_bit_width=cfg.kv_bits)
     attrs.update(extra_attrs or {})
     with_qk = bool(attrs.get("qk_output", 0))
     out_names = ["output", "present_key", "present_value"] + (["output_qk"] if with_qk else [])
@@ -390,8 +409,21 @@ def rotary_caches(cfg: GQAConfig) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angle_MDh2).astype(cfg.np_dtype), np.sin(angle_MDh2).astype(cfg.np_dtype)
 
 
+def _cache_elem(cfg: GQAConfig) -> int:
+    if cfg.kv_bits == 8:
+        return TensorProto.INT8
+    if cfg.kv_bits == 4:
+        return TensorProto.UINT8
+    return helper.np_dtype_to_tensor_dtype(np.dtype(cfg.np_dtype))
+
+
 def _past_cache(cfg: GQAConfig, rng: np.random.Generator) -> np.ndarray:
-    """past_BHkvPDh: normal values in rows [0, past_lens[b]), large junk after."""
+    """past_BHkvPDh: normal values in rows [0, past_lens[b]), large junk after
+    (random integers of the cache type when quantized)."""
+    if cfg.kv_bits == 8:
+        return rng.integers(-128, 128, (cfg.batch, cfg.kv_num_heads, cfg.past, cfg.cache_width)).astype(np.int8)
+    if cfg.kv_bits == 4:
+        return rng.integers(0, 256, (cfg.batch, cfg.kv_num_heads, cfg.past, cfg.cache_width)).astype(np.uint8)
     shape = (cfg.batch, cfg.kv_num_heads, cfg.past, cfg.head_size)
     past_BHkvPDh = rng.standard_normal(shape, dtype=np.float32)
     junk_BHkvPDh = rng.standard_normal(shape, dtype=np.float32) * _JUNK_SCALE
@@ -431,6 +463,10 @@ def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
         feeds["attention_bias"] = rng.standard_normal((b0, b1, S, cfg.total), dtype=np.float32).astype(cfg.np_dtype)
     if cfg.head_sink:
         feeds["head_sink"] = rng.standard_normal((cfg.num_heads,), dtype=np.float32).astype(cfg.np_dtype)
+    if cfg.kv_bits:  # scales that put the new rows well inside the quantized range
+        top = 127.0 if cfg.kv_bits == 8 else 7.0
+        for name in ("k_scale", "v_scale"):
+            feeds[name] = (rng.uniform(3.0, 4.0, cfg.scale_shape) / top).astype(np.float32)
     if cfg.query_lens is not None:
         feeds["query_seqlens"] = np.asarray(cfg.query_lens, dtype=np.int32)
     return feeds

@@ -1,0 +1,74 @@
+"""How GroupQueryAttention's KV cache stores values: float, int8, or packed int4.
+
+With ``k_quant_type``/``v_quant_type`` PER_TENSOR or PER_CHANNEL, onnxruntime's
+CPU kernel keeps the cache quantized with the scales ``k_scale``/``v_scale``
+(``[1]`` or ``[1,Hkv,1,Dh]``):
+
+* ``kv_cache_bit_width = 8``: int8 cache ``[B,Hkv,T,Dh]``,
+  ``q = clamp(round_half_even(x / scale), -128, 127)``, read back as ``q * scale``.
+* ``kv_cache_bit_width = 4``: uint8 cache ``[B,Hkv,T,Dh/2]``,
+  ``q = clamp(round_half_even(x / scale), -8, 7)`` stored as ``q + 8`` nibbles,
+  element 2i in the low nibble of byte i and element 2i+1 in the high one.
+
+New K/V rows are quantized before they are written, and attention reads every
+row, new ones included, dequantized (checked against onnxruntime 1.32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..builder import Tensor, TorchBuilder
+
+
+@dataclass(frozen=True)
+class CacheCodec:
+    bits: int  # 0: the cache holds the attention dtype; 8 or 4: quantized
+    k_scale: Optional[Tensor] = None
+    v_scale: Optional[Tensor] = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits != 0
+
+    @property
+    def dtype(self) -> Optional[str]:
+        return {8: "si8", 4: "ui8"}.get(self.bits)
+
+    def scale(self, which: str) -> Tensor:
+        return self.k_scale if which == "key" else self.v_scale
+
+    def encode(self, tb: TorchBuilder, x_BHkvSDh: Tensor, which: str) -> Tensor:
+        """New rows as stored in the cache: [B,Hkv,S,Dh] -> [B,Hkv,S,Dh] si8 or [B,Hkv,S,Dh/2] ui8."""
+        if not self.quantized:
+            return x_BHkvSDh
+        limit = 127 if self.bits == 8 else 7
+        q = tb.div(tb.to_dtype(x_BHkvSDh, "f32"), _broadcastable(tb, self.scale(which)))
+        q = tb.clamp(tb.round(q), -limit - 1.0, float(limit))  # integers in f32
+        if self.bits == 8:
+            return tb.to_dtype(q, "si8")
+        Dh = x_BHkvSDh.shape[3]
+        even = tb.add_float(tb.slice(q, 3, 0, Dh, 2), 8.0)  # [B,Hkv,S,Dh/2], in [0, 15]
+        odd = tb.add_float(tb.slice(q, 3, 1, Dh, 2), 8.0)
+        packed = tb.add(even, tb.mul_scalar(odd, 16.0))  # low nibble even, high nibble odd
+        return tb.to_dtype(packed, "ui8")
+
+    def decode(self, tb: TorchBuilder, cache_BHkvTDc: Tensor, which: str) -> Tensor:
+        """The cache as f32 values [B,Hkv,T,Dh] for attention (the cache itself when float)."""
+        if not self.quantized:
+            return cache_BHkvTDc
+        if self.bits == 8:
+            ints = tb.to_dtype(cache_BHkvTDc, "f32")
+        else:
+            bytes_ = tb.to_dtype(cache_BHkvTDc, "si64")
+            low = tb.add_scalar(tb.remainder_scalar(bytes_, 16), -8)  # element 2i
+            high = tb.add_scalar(tb.floor_divide_scalar(bytes_, 16), -8)  # element 2i+1
+            pairs = tb.cat([tb.unsqueeze(low, 4), tb.unsqueeze(high, 4)], 4)  # [B,Hkv,T,Dh/2,2]
+            ints = tb.to_dtype(tb.flatten(pairs, 3, 4), "f32")  # -> [B,Hkv,T,Dh]
+        return tb.mul(ints, _broadcastable(tb, self.scale(which)))
+
+
+def _broadcastable(tb: TorchBuilder, scale: Tensor) -> Tensor:
+    """A [1] or [1,Hkv,1,Dh] scale as f32 broadcastable over [B,Hkv,T,Dh]."""
+    return tb.to_dtype(scale, "f32")
