@@ -391,8 +391,22 @@ class TorchBuilder:
     def remainder_scalar(self, t: Tensor, divisor: int) -> Tensor:
         return self.tensor_op("torch.aten.remainder.Scalar", [t.value, self.int(divisor)], t.shape, t.dtype)
 
-    def floor_divide_scalar(self, t: Tensor, divisor: int) -> Tensor:
-        return self.tensor_op("torch.aten.floor_divide.Scalar", [t.value, self.int(divisor)], t.shape, t.dtype)
+    def floor_divide_scalar(self, t: Tensor, divisor: Dim) -> Tensor:
+        return self.tensor_op("torch.aten.floor_divide.Scalar", [t.value, self.dim_value(divisor)], t.shape, t.dtype)
+
+    def clamp_int(self, t: Tensor, low: Dim, high: Dim) -> Tensor:
+        """Clamp an integer tensor to [low, high] (static or dynamic bounds)."""
+        return self.tensor_op("torch.aten.clamp", [t.value, self.dim_value(low), self.dim_value(high)], t.shape, t.dtype)
+
+    def mul_int_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        return self.tensor_op("torch.aten.mul.Scalar", [t.value, self.dim_value(scalar)], t.shape, t.dtype)
+
+    def le_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        return self.tensor_op("torch.aten.le.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
+
+    def gather(self, t: Tensor, dim: int, index: Tensor) -> Tensor:
+        """``torch.gather``: the result has the index's shape."""
+        return self.tensor_op("torch.aten.gather", [t.value, self.int(dim), index.value, self.bool(False)], index.shape, t.dtype)
 
     def clamp_min(self, t: Tensor, low: float) -> Tensor:
         return self.tensor_op("torch.aten.clamp_min", [t.value, self.float(low)], t.shape, t.dtype)
@@ -451,3 +465,60 @@ class TorchBuilder:
         if vtensor_type_text(t.shape, t.dtype) == type_text or parse_vtensor_type(type_text) is None:
             return t.value
         return self.op("torch.tensor_static_info_cast", [t.value], [type_text])[0]
+
+    # -- elementwise math, reductions and integer bit ops (normalization and weight dequantization) --
+    def abs(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.abs", [t.value], t.shape, t.dtype)
+
+    def sqrt(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.sqrt", [t.value], t.shape, t.dtype)
+
+    def div_scalar(self, t: Tensor, scalar: float) -> Tensor:
+        """``t / scalar`` with a float scalar (a true division, not a multiplication by 1/scalar)."""
+        return self.tensor_op("torch.aten.div.Scalar", [t.value, self.float(scalar)], t.shape, t.dtype)
+
+    def full_like(self, t: Tensor, value: float, dtype: Optional[str] = None) -> Tensor:
+        """A tensor of ``t``'s shape filled with ``value`` (as ``dtype``, default ``t``'s)."""
+        dtype = dtype or t.dtype
+        n = self.none()
+        scalar = self.float(value) if dtype in FLOAT_DTYPES else self.int(int(value))
+        operands = [t.value, scalar, self.int(DTYPE_CODES[dtype]), n, n, n, n]
+        return self.tensor_op("torch.aten.full_like", operands, t.shape, dtype)
+
+    def mean_dims(self, t: Tensor, dims: Sequence[int]) -> Tensor:
+        """Mean over ``dims`` (a sum divided by the count), each kept as size 1."""
+        dims = sorted(d % t.rank for d in dims)
+        shape = tuple(1 if i in dims else d for i, d in enumerate(t.shape))
+        operands = [t.value, self.int_list(dims), self.bool(True), self.none()]
+        return self.tensor_op("torch.aten.mean.dim", operands, shape, t.dtype)
+
+    def amax_dims(self, t: Tensor, dims: Sequence[int]) -> Tensor:
+        """Max over ``dims``, each kept as size 1."""
+        dims = sorted(d % t.rank for d in dims)
+        shape = tuple(1 if i in dims else d for i, d in enumerate(t.shape))
+        return self.tensor_op("torch.aten.amax", [t.value, self.int_list(dims), self.bool(True)], shape, t.dtype)
+
+    def lt_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        """``t < scalar`` (an int or a !torch.int value) as i1."""
+        return self.tensor_op("torch.aten.lt.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
+
+    def ge_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        """``t >= scalar`` (an int or a !torch.int value) as i1."""
+        return self.tensor_op("torch.aten.ge.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
+
+    def bitwise_and_scalar(self, t: Tensor, mask: int) -> Tensor:
+        """``t & mask`` on an integer tensor."""
+        return self.tensor_op("torch.aten.bitwise_and.Scalar", [t.value, self.int(mask)], t.shape, t.dtype)
+
+    def bitwise_right_shift(self, t: Tensor, shift: Tensor) -> Tensor:
+        """``t >> shift`` elementwise on integer tensors (broadcast)."""
+        return self._binary("torch.aten.bitwise_right_shift.Tensor", t, shift, t.dtype)
+
+    def reshape(self, t: Tensor, sizes: Sequence[Dim]) -> Tensor:
+        """``aten.view``-free reshape to ``sizes`` (static ints, dynamic Dims, or one -1)."""
+        static = [self.static(s) for s in sizes]
+        if -1 in static and all(d is not None for d in t.shape) and None not in static:
+            known = math.prod(s for s in static if s != -1)
+            static = [math.prod(t.shape) // known if s == -1 else s for s in static]
+        shape = tuple(None if s is None or s == -1 else s for s in static)
+        return self.tensor_op("torch.aten.reshape", [t.value, self.int_list(sizes)], shape, t.dtype)

@@ -25,8 +25,8 @@ func.func @kv_cache(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32
 // mask (0 / -inf) is [B,1,S,T] and feeds SDPA with enable_gqa and no explicit scale.
 // CHECK-LABEL: func.func @causal_mask
 // CHECK:         %[[POS_BS:.+]] = torch.aten.add.Tensor %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
-// CHECK:         %[[SEQLENS_B1:.+]] = torch.aten.unsqueeze %[[SEQLENS:.+]], %int1 : !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[KEY_POS:.+]] = torch.aten.arange %int6, %int4, {{.+}} -> !torch.vtensor<[6],si64>
+// CHECK:         %[[SEQLENS_B1:.+]] = torch.aten.unsqueeze %[[SEQLENS:.+]], %int1 : !torch.vtensor<[1],si64>, !torch.int -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[LAST_KEY:.+]] = torch.aten.minimum %[[POS_BS]], %[[SEQLENS_B1]] : !torch.vtensor<[1,1],si64>, !torch.vtensor<[1,1],si64> -> !torch.vtensor<[1,1],si64>
 // CHECK:         %[[LAST_KEY_BS1:.+]] = torch.aten.unsqueeze %[[LAST_KEY]], %int2 : !torch.vtensor<[1,1],si64>, !torch.int -> !torch.vtensor<[1,1,1],si64>
 // CHECK:         %[[VISIBLE:.+]] = torch.aten.le.Tensor %[[KEY_POS]], %[[LAST_KEY_BS1]] : !torch.vtensor<[6],si64>, !torch.vtensor<[1,1,1],si64> -> !torch.vtensor<[1,1,6],i1>

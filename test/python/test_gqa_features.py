@@ -65,6 +65,14 @@ FEATURES = [
     ("int4_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=4), {}),
     ("int4_cache_per_channel_dynamic", C(batch=2, seq=1, past=6, past_lens=(6, 2), kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), {}),
     ("int4_cache_f16_chunk", C(batch=1, seq=3, past=5, kv_bits=4, dtype="float16"), {}),
+    ("window_cache_evicting", C(batch=1, seq=1, past=6, past_lens=(9,), window=4, window_cache=True), {}),
+    ("window_cache_ragged_rotary", C(batch=2, seq=1, past=6, past_lens=(9, 3), window=4, window_cache=True, rotary=True), {}),
+    ("window_cache_dynamic", C(batch=2, seq=1, past=4, past_lens=(11, 4), window=4, window_cache=True, dynamic=True), {}),
+    ("window_cache_chunk", C(batch=1, seq=5, past=6, past_lens=(7,), window=3, window_cache=True, rotary=True), {}),
+    ("window_cache_step_longer_than_capacity", C(batch=1, seq=9, past=6, past_lens=(0,), window=4, window_cache=True), {}),
+    ("window_cache_query_seqlens", C(batch=2, seq=3, past=8, past_lens=(12, 5), query_lens=(3, 1), window=5, window_cache=True), {}),
+    ("window_cache_int8_f16", C(batch=1, seq=1, past=6, past_lens=(13,), window=4, window_cache=True, kv_bits=8, dtype="float16"), {}),
+    ("window_cache_packed_sink_softcap", C(batch=1, seq=2, past=5, past_lens=(8,), window=5, window_cache=True, packed=True, head_sink=True), {"softcap": 3.0}),
     # onnxruntime enables these flags only for the exact value 1: 2 means off.
     ("do_rotary_two_means_off", C(batch=1, seq=1, past=3), {"do_rotary": 2}),
     ("smooth_softmax_two_means_off", C(batch=1, seq=1, past=3), {"smooth_softmax": 2}),
@@ -80,8 +88,8 @@ def _without_feature(cfg: GQAConfig, attrs: dict):
     """The same model with the feature removed (None when the feature is the cache mode)."""
     from dataclasses import replace
 
-    if cfg.query_lens is not None:
-        return None  # onnxruntime has no unpadded twin for batched chunks with a past
+    if cfg.query_lens is not None or cfg.window_cache:
+        return None  # no plain twin: batched chunks with a past / a window cache need their feature
     base = replace(cfg, rotary_interleaved=False, rotary_dim=None, position_ids=False, attention_bias="", head_sink=False, kv_bits=0)
     if set(attrs) == {"qk_output"} or (set(attrs) == {"causal"} and cfg.seq == 1):
         return None  # output_qk is itself compared; a single query sees every key either way
@@ -121,3 +129,30 @@ def test_flag_value_two_means_off_as_in_onnxruntime(name, cfg, attrs):
     two = run_onnxruntime(make_model(cfg, attrs), feeds)
     assert not _differs(off, two)
     assert not compare(cfg, _run_ours(make_model(cfg, attrs), feeds), off, feeds)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_window_cache_generation_crosses_evictions(dtype):
+    """Prefill 5 tokens, then 10 decode steps on a capacity-6, window-4 buffer
+    (evicting every 3 steps), each side feeding its own present back."""
+    from dataclasses import replace
+
+    cfg = C(batch=1, seq=5, past=6, past_lens=(0,), window=4, window_cache=True, rotary=True, dynamic=True, dtype=dtype, rotary_cache_len=32)
+    model = make_model(cfg)
+    session = InferenceSession(model)
+    names = [o.name for o in session.get_outputs()]
+    feeds = make_inputs(cfg, seed=7)
+    ours = theirs = (feeds["past_key"], feeds["past_value"])
+    rng = np.random.default_rng(3)
+    tokens = 0
+    for step in range(11):
+        S = 5 if step == 0 else 1
+        step_cfg = replace(cfg, seq=S, past_lens=(tokens,))
+        step_feeds = make_inputs(step_cfg, seed=step)
+        step_feeds.update(seqlens_k=np.array([tokens + S - 1], np.int32), total_sequence_length=np.array(tokens + S, np.int32))
+        got = dict(zip(names, session.run(None, dict(step_feeds, past_key=ours[0], past_value=ours[1]))))
+        want = run_onnxruntime(model, dict(step_feeds, past_key=theirs[0], past_value=theirs[1]))
+        problems = compare(step_cfg, got, want, step_feeds)
+        assert not problems, f"step {step} (T={tokens + S}):\n" + "\n".join(problems)
+        ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
+        tokens += S

@@ -61,7 +61,7 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "smooth_softmax": AttrRule("int", -1, _any_int, "1 adds exp(0 - max) to the softmax denominator; other values off"),
     "causal": AttrRule("int", 1, _is(0, 1), "0 or 1 (0 requires local_window_size -1)"),
     "qk_output": AttrRule("int", 0, _is(0, 1, 2), "0, 1 (scores before softmax) or 2 (after), with output 3"),
-    "sliding_window_cache": AttrRule("int", 0, lambda v: v != 1, "any value but 1 (window-sized caches are not lowered yet)"),
+    "sliding_window_cache": AttrRule("int", 0, _any_int, "1: window-sized buffers with onnxruntime's eviction (needs local_window_size > 0); other values off"),
     "kv_cache_bit_width": AttrRule("int", 0, _is(0, 4, 8), "0 without quantization; 8 (int8 cache) or 4 (uint8 cache, two values a byte) with it"),
     "k_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as v_quant_type)"),
     "v_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as k_quant_type)"),
@@ -115,6 +115,7 @@ class GqaAttributes:
     smooth_softmax: bool
     causal: bool
     qk_output: int
+    window_cache: bool  # sliding_window_cache == 1
     quant_type: str  # "NONE", "PER_TENSOR" or "PER_CHANNEL"
     kv_bits: int  # 0 (float cache), 8 or 4
 
@@ -148,6 +149,11 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
             "attribute 'local_window_size'",
         )
     _check_quantization(values)
+    if values["sliding_window_cache"] == 1:
+        if values["local_window_size"] <= 0:
+            raise Refusal(f"sliding_window_cache=1 needs local_window_size > 0, got {values['local_window_size']}", "attribute 'local_window_size'")
+        if values["qk_output"]:
+            raise Refusal("is not supported with sliding_window_cache=1 (onnxruntime does not implement it either)", "attribute 'qk_output'")
     return GqaAttributes(
         num_heads=values["num_heads"],
         kv_num_heads=values["kv_num_heads"],
@@ -159,6 +165,7 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
         smooth_softmax=values["smooth_softmax"] == 1,
         causal=values["causal"] == 1,
         qk_output=values["qk_output"],
+        window_cache=values["sliding_window_cache"] == 1,
         quant_type=values["k_quant_type"],
         kv_bits=values["kv_cache_bit_width"] if values["k_quant_type"] != "NONE" else 0,
     )
@@ -340,6 +347,14 @@ def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
         if pos.shape[1] is not None and query_S is not None and pos.shape[1] != query_S:
             raise Refusal(f"dimension 1 ({pos.shape[1]}) must equal the sequence length ({query_S})", _input_subject(9))
     bias = t["attention_bias"]
+    if bias is not None and attrs.window_cache:
+        raise Refusal("is not lowered with sliding_window_cache=1 yet", _input_subject(10))
+    if attrs.window_cache:
+        past = t["past_key"]
+        if past is None:
+            raise Refusal("is required with sliding_window_cache=1", _input_subject(3))
+        if past.shape[2] is not None and past.shape[2] < attrs.local_window_size:
+            raise Refusal(f"capacity (dimension 2, {past.shape[2]}) must be at least local_window_size ({attrs.local_window_size})", _input_subject(3))
     if bias is not None:
         _check_rank(bias, 10, 4)
         _check_dtype(bias, 10, dtype)

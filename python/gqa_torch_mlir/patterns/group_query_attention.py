@@ -20,6 +20,8 @@ The cache keeps past's rows and grows only when total_sequence_length > P
 (onnxruntime's present has ``max(P, total)`` rows): a growing cache gains S
 rows, a fixed-capacity buffer (total <= P) keeps its capacity and receives the
 new rows in place, at ``past_len[b] + s`` (ExecuTorch's update at start_pos).
+A window-sized buffer (sliding_window_cache=1) evicts: see gqa_window.py.
+Quantized caches store int8 / packed int4 rows: see gqa_cache.py.
 
 Attention is ``scaled_dot_product_attention`` when the op's scores need no
 more than an additive mask; softcap, smooth softmax / head_sink, output_qk and
@@ -34,10 +36,11 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..binder import OpBinder
-from ..builder import Dim, Tensor, TorchBuilder
+from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type, vtensor_type_text
 from ..registry import Refusal, onnx_op
 from .gqa_cache import CacheCodec
-from .gqa_support import GqaAttributes, read_attributes, validate_inputs
+from .gqa_window import plan_window
+from .gqa_support import OUTPUTS, GqaAttributes, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
 
@@ -70,6 +73,7 @@ class Step:
     seqlens_B: Tensor  # si64 [B]
     total: Tensor  # si64 [] (or [1])
     first_prompt: Optional[Tensor]  # i1 [] (or [1]): S == total_sequence_length; None with query_seqlens
+    past_len_B: Tensor  # si64 [B]: tokens in the cache before the step
     position_BS: Tensor  # si64 [B,S]: past_len[b] + s
 
 
@@ -86,12 +90,20 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     past_key, past_value = past_caches(tb, ins, attrs)
-    capacity_growth = cache_growth(tb, b, step, past_key)
-    index_BHkvSDc = cache_index(tb, step.position_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-    present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
-    present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
-    key_BHkvTDh, value_BHkvTDh = codec.decode(tb, present_key_BHkvTDc, "key"), codec.decode(tb, present_value_BHkvTDc, "value")
-    visible_BST = visible_keys(tb, step, attrs, tb.size(present_key_BHkvTDc, 2))
+    if attrs.window_cache:  # attention reads the staged rows; the buffer keeps the resident ones
+        plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
+        read_key_BHkvTDc, present_key_BHkvTDc = plan.apply(tb, past_key, key_BHkvSDc)
+        read_value_BHkvTDc, present_value_BHkvTDc = plan.apply(tb, past_value, value_BHkvSDc)
+        key_pos = plan.key_abs_B1X  # [B,1,T]
+    else:
+        capacity_growth = cache_growth(tb, b, step, past_key)
+        index_BHkvSDc = cache_index(tb, step.position_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+        present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
+        present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
+        read_key_BHkvTDc, read_value_BHkvTDc = present_key_BHkvTDc, present_value_BHkvTDc
+        key_pos = tb.arange(tb.size(present_key_BHkvTDc, 2))  # [T]
+    key_BHkvTDh, value_BHkvTDh = codec.decode(tb, read_key_BHkvTDc, "key"), codec.decode(tb, read_value_BHkvTDc, "value")
+    visible_BST = visible_keys(tb, step, attrs, key_pos)
     bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
     if needs_scores(attrs, ins) or codec.quantized:
         attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias)
@@ -100,7 +112,19 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
     results = [output_BSD, present_key_BHkvTDc, present_value_BHkvTDc, qk_BHSTt][: b.num_results]
-    return [tb.static_info_cast(t, b.result_type_text(i)) for i, t in enumerate(results)]
+    return [declared_result(tb, b, i, t) for i, t in enumerate(results)]
+
+
+def declared_result(tb: TorchBuilder, b: OpBinder, i: int, t: Tensor):
+    """``t`` cast to the op's declared result type; a contradicting declaration is refused."""
+    declared = parse_vtensor_type(b.result_type_text(i))
+    if declared is not None:
+        shape, dtype = declared
+        clash = dtype != t.dtype or len(shape) != t.rank or any(d is not None and e is not None and d != e for d, e in zip(shape, t.shape))
+        if clash:
+            found = vtensor_type_text(t.shape, t.dtype)
+            raise Refusal(f"is declared {b.result_type_text(i)} but the op produces {found}", f"output {i} '{OUTPUTS[i]}'")
+    return tb.static_info_cast(t, b.result_type_text(i))
 
 
 # -- shapes -----------------------------------------------------------------------
@@ -147,7 +171,7 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
         first_prompt = tb.eq_scalar(total, S)
         past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
     position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
-    return Step(S, seqlens_B, total, first_prompt, position_BS)
+    return Step(S, seqlens_B, total, first_prompt, past_len_B, position_BS)
 
 
 def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
@@ -252,8 +276,6 @@ def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim
 
 
 def _declared_present_rows(b: OpBinder) -> Optional[int]:
-    from ..builder import parse_vtensor_type
-
     for i in (1, 2):
         if b.num_results > i:
             parsed = parse_vtensor_type(b.result_type_text(i))
@@ -281,10 +303,13 @@ def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, ind
 # -- masking ----------------------------------------------------------------------
 
 
-def visible_keys(tb: TorchBuilder, step: Step, attrs: GqaAttributes, T: Dim) -> Tensor:
-    """i1 [B,S,T]: which cache rows each query attends (see the module docstring)."""
+def visible_keys(tb: TorchBuilder, step: Step, attrs: GqaAttributes, key_pos_T: Tensor) -> Tensor:
+    """i1 [B,S,T]: which cache rows each query attends (see the module docstring).
+
+    ``key_pos_T`` is each row's absolute position: [T] for a cache indexed by
+    position, [B,1,T] for the staged rows of a window cache.
+    """
     seqlens_B1 = tb.unsqueeze(step.seqlens_B, 1)  # [B] -> [B,1]
-    key_pos_T = tb.arange(T)  # [T]
     if not attrs.causal:  # every valid key, for every query: t <= seqlens_k[b]
         visible_B1T = tb.le(key_pos_T, tb.unsqueeze(seqlens_B1, 2))  # [T] vs [B,1,1] -> [B,1,T]
         return tb.expand(visible_B1T, [-1, step.S, -1])  # -> [B,S,T]

@@ -108,6 +108,11 @@ class GQAConfig:
     # Quantized cache: 0 (float), 8 (int8) or 4 (uint8, two values a byte); scales PER_TENSOR or PER_CHANNEL.
     kv_bits: int = 0
     quant_type: str = "PER_TENSOR"
+    # Window-sized cache (sliding_window_cache=1): past/present hold `past` rows (the capacity C);
+    # `past_lens` then give each row's absolute token count before the step (T_prev), and the
+    # past buffer holds the resident range L(T_prev) of onnxruntime's eviction rule.
+    window: int = 0  # W = local_window_size, with window_cache
+    window_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.past_lens is not None and not isinstance(self.past_lens, tuple):
@@ -145,10 +150,10 @@ class GQAConfig:
             raise ValueError(
                 f"past_lens has {len(self.past_lens)} entries, expected batch={self.batch}"
             )
-        bad = [n for n in self.past_lens if not 0 <= n <= self.past]
+        bad = [n for n in self.past_lens if not 0 <= n <= (10**9 if self.window_cache else self.past)]
         if bad:
             raise ValueError(f"past_lens entries must lie in [0, past={self.past}], got {bad}")
-        if self.query_lens is not None:  # total_sequence_length is only an upper bound
+        if self.query_lens is not None or self.window_cache:  # lengths are not bounded by the buffer
             return
         if self.fixed_capacity:
             if max(self.past_lens) + self.seq > self.past:
@@ -173,6 +178,8 @@ class GQAConfig:
         # context as an interactive "subsequent prompt", which it only allows
         # for batch 1 ("batch_size must be 1 when sequence_length > 1 and past
         # context is given"); the oracle cannot run such configs.
+        if self.window_cache and not 0 < self.window <= self.past:
+            raise ValueError(f"window_cache needs 0 < window ({self.window}) <= capacity past ({self.past})")
         if self.fixed_capacity and self.seq > self.past:
             raise ValueError(f"fixed capacity {self.past} is smaller than seq {self.seq}")
         first_prompt = self.fixed_capacity and max(self.lens) == 0
@@ -188,14 +195,16 @@ class GQAConfig:
     @property
     def total(self) -> int:
         """total_sequence_length: P + S, or max(past_lens) + S with a fixed capacity."""
+        if self.window_cache:  # the batch maximum of T
+            return max(self.lens) + self.seq
         if self.query_lens is not None:  # only an upper bound of seqlens_k + 1 then
             return self.past + self.seq
         return max(self.lens) + self.seq if self.fixed_capacity else self.past + self.seq
 
     @property
     def present_len(self) -> int:
-        """Rows of present_key/value: max(total, P)."""
-        return max(self.total, self.past)
+        """Rows of present_key/value: max(total, P), or the capacity P of a window cache."""
+        return self.past if self.window_cache else max(self.total, self.past)
 
     @property
     def max_seq(self) -> int:
@@ -264,6 +273,7 @@ class GQAConfig:
             "sink": self.head_sink,
             "ql" + "-".join(map(str, self.query_lens or ())): self.query_lens is not None,
             f"q{self.kv_bits}{self.quant_type[4].lower()}": self.kv_bits != 0,
+            f"wc{self.window}": self.window_cache,
         }
         parts += [k for k, on in flags.items() if on]
         return "_".join(parts)
@@ -292,7 +302,7 @@ def _dims(cfg: GQAConfig) -> dict[str, Dim]:
     """Graph I/O dims: numbers, or symbolic names when ``cfg.dynamic``."""
     if cfg.dynamic:
         # A fixed-capacity cache keeps one length for past and present.
-        present = "past" if cfg.fixed_capacity else "total"
+        present = "past" if cfg.fixed_capacity or cfg.window_cache else "total"
         return {"B": "batch", "S": "seq", "P": "past", "T": present, "M": "max_seq", "TT": "total"}
     return {"B": cfg.batch, "S": cfg.seq, "P": cfg.past, "T": cfg.present_len, "M": cfg.max_seq, "TT": cfg.total}
 
@@ -378,6 +388,8 @@ def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelPro
         attrs["rotary_interleaved"] = int(cfg.rotary_interleaved)
     if cfg.kv_bits:
         attrs.update(k_quant_type=cfg.quant_type, v_quant_type=cfg.quant_type, kv_cache_bit_width=cfg.kv_bits)
+    if cfg.window_cache:
+        attrs.update(sliding_window_cache=1, local_window_size=cfg.window)
     attrs.update(extra_attrs or {})
     with_qk = bool(attrs.get("qk_output", 0))
     out_names = ["output", "present_key", "present_value"] + (["output_qk"] if with_qk else [])
@@ -428,7 +440,8 @@ def _past_cache(cfg: GQAConfig, rng: np.random.Generator) -> np.ndarray:
     past_BHkvPDh = rng.standard_normal(shape, dtype=np.float32)
     junk_BHkvPDh = rng.standard_normal(shape, dtype=np.float32) * _JUNK_SCALE
     for b, n in enumerate(cfg.lens):
-        past_BHkvPDh[b, :, n:] = junk_BHkvPDh[b, :, n:]
+        valid = window_resident(n, cfg.past, cfg.window) if cfg.window_cache else n
+        past_BHkvPDh[b, :, valid:] = junk_BHkvPDh[b, :, valid:]
     return past_BHkvPDh.astype(cfg.np_dtype)
 
 
@@ -580,6 +593,14 @@ def _compare_qk(got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: 
     return msgs
 
 
+def window_resident(T: int, capacity: int, window: int) -> int:
+    """L(T): rows a window cache keeps after T tokens (onnxruntime's eviction rule)."""
+    if T <= capacity:
+        return T
+    g = capacity - window + 1
+    return T - g * -(-(T - capacity) // g)
+
+
 def compare(
     cfg: GQAConfig,
     got: dict,
@@ -605,7 +626,10 @@ def compare(
             msgs.append(f"{name}: missing from the outputs (have {sorted(got)})")
             continue
         got_arr, want_arr = np.asarray(got[name]), np.asarray(want_arr)
-        if name in _CACHE_OUTPUTS:
+        if name in _CACHE_OUTPUTS and cfg.window_cache:  # resident rows [0, L(T_b))
+            resident = np.asarray([window_resident(int(k) + 1, cfg.past, cfg.window) - 1 for k in seqlens_k])
+            msgs += _compare_cache(name, got_arr, want_arr, resident, atol, rtol)
+        elif name in _CACHE_OUTPUTS:
             msgs += _compare_cache(name, got_arr, want_arr, seqlens_k, atol, rtol)
         elif name == "output_qk":
             msgs += _compare_qk(got_arr, want_arr, seqlens_k, atol, rtol)

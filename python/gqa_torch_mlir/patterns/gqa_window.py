@@ -1,0 +1,77 @@
+"""GroupQueryAttention's window-sized KV cache (``sliding_window_cache = 1``).
+
+The past/present buffers hold ``C`` rows (the capacity, ``C >= W``, ``W =
+local_window_size``).  After ``T`` tokens a batch row keeps the ``L(T)`` most
+recent positions at rows ``[0, L)``, row ``r`` holding absolute position
+``T - L + r`` (onnxruntime's schema)::
+
+    G = C - W + 1
+    L(T) = T                            if T <= C
+    L(T) = T - G * ceil((T - C) / G)    otherwise
+
+A step of S tokens is staged: the new rows are scattered after the resident
+ones, ``X = [past rows [0, L(Tp)) | new rows]`` with ``Tp = T - S`` tokens
+before the step, so row ``r`` of X holds absolute position
+``base + r``, ``base = Tp - L(Tp)``.  Attention reads X with the usual
+window over absolute positions, and the new buffer is the rows of X holding
+``[T - L(T), T)``, gathered to start at row 0.  Rows past ``L(T)`` are
+unspecified, as in onnxruntime.
+
+Letters: B batch, Hkv kv heads, C capacity, S new tokens, X = C + S staged
+rows, Dc stored row width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..builder import Dim, Tensor, TorchBuilder
+
+
+@dataclass
+class WindowPlan:
+    """Where this step's rows go and which rows stay, shared by K and V."""
+
+    S: Dim
+    write_index_BHkvSDc: Tensor  # new token s of row b -> staged row L(Tp) + s
+    keep_index_BHkvCDc: Tensor  # present row j <- staged row T - L(T) - base + j (clamped in bounds)
+    key_abs_B1X: Tensor  # si64: absolute position of each staged row
+
+    def apply(self, tb: TorchBuilder, past_BHkvCDc: Tensor, new_BHkvSDc: Tensor):
+        """(staged rows X [B,Hkv,C+S,Dc] for attention, the new buffer [B,Hkv,C,Dc])."""
+        staged_BHkvXDc = tb.scatter_src(tb.pad_dim_end(past_BHkvCDc, 2, self.S), 2, self.write_index_BHkvSDc, new_BHkvSDc)
+        return staged_BHkvXDc, tb.gather(staged_BHkvXDc, 2, self.keep_index_BHkvCDc)
+
+
+def resident_rows(tb: TorchBuilder, tokens_B: Tensor, C: Dim, W: int) -> Tensor:
+    """L(T) per batch row, si64 [B]."""
+    G = tb.dim_add(tb.dim_sub(C, W), 1)  # C - W + 1
+    over_B = tb.add_scalar(tokens_B, tb.dim_sub(0, C))  # T - C
+    blocks_B = tb.floor_divide_scalar(tb.add_scalar(over_B, tb.dim_sub(G, 1)), G)  # ceil((T - C) / G)
+    evicted_B = tb.sub(tokens_B, tb.mul_int_scalar(blocks_B, G))  # T - G * ceil(...)
+    return tb.where(tb.le_scalar(tokens_B, C), tokens_B, evicted_B)
+
+
+def plan_window(tb: TorchBuilder, past_BHkvCDc: Tensor, past_len_B: Tensor, seqlens_B: Tensor, S: Dim, W: int) -> WindowPlan:
+    """Tp = past_len[b] tokens before the step, T = seqlens_k[b] + 1 after it."""
+    C = tb.size(past_BHkvCDc, 2)
+    Hkv, Dc = past_BHkvCDc.shape[1], past_BHkvCDc.shape[3]
+    tokens_B = tb.add_scalar(seqlens_B, 1)
+    resident_before_B = resident_rows(tb, past_len_B, C, W)  # L(Tp)
+    write_row_BS = tb.add(tb.unsqueeze(resident_before_B, 1), tb.arange(S))  # L(Tp) + s: [B,S]
+    base_B = tb.sub(past_len_B, resident_before_B)  # absolute position of staged row 0: Tp - L(Tp)
+    X = tb.dim_add(C, S)
+    key_abs_BX = tb.add(tb.unsqueeze(base_B, 1), tb.arange(X))  # base + r: [B,X]
+    first_kept_B = tb.sub(tb.sub(tokens_B, resident_rows(tb, tokens_B, C, W)), base_B)  # T - L(T) - base
+    keep_row_BC = tb.clamp_int(tb.add(tb.unsqueeze(first_kept_B, 1), tb.arange(C)), 0, tb.dim_sub(X, 1))  # [B,C]
+    return WindowPlan(
+        S=S,
+        write_index_BHkvSDc=_rows_to_index(tb, write_row_BS, Hkv, Dc),
+        keep_index_BHkvCDc=_rows_to_index(tb, keep_row_BC, Hkv, Dc),
+        key_abs_B1X=tb.unsqueeze(key_abs_BX, 1),
+    )
+
+
+def _rows_to_index(tb: TorchBuilder, rows_BN: Tensor, Hkv: int, Dc: int) -> Tensor:
+    """Row numbers [B,N] as a dim-2 scatter/gather index [B,Hkv,N,Dc]."""
+    return tb.expand(tb.unsqueeze(tb.unsqueeze(rows_BN, 1), 3), [-1, Hkv, -1, Dc])
