@@ -198,6 +198,33 @@ class TorchBuilder:
             return max(a, b)
         return self.op("torch.prim.max.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
 
+    def dim_min(self, a: Dim, b: Dim) -> Dim:
+        if isinstance(a, int) and isinstance(b, int):
+            return min(a, b)
+        return self.op("torch.prim.min.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    def runtime_check(self, ok: Tensor, message: str) -> None:
+        """Assert at run time that every element of the i1 tensor ``ok`` holds.
+
+        The message starts with ``gqa-torch-mlir:``, which our refbackend turns
+        into a Python exception (a plain ``cf.assert`` would abort the process);
+        IREE reports a failed assert as an error status.  Callers keep the
+        computation in bounds whatever the outcome (indices are clamped).
+        """
+        all_ok = self.tensor_op("torch.aten.all", [ok.value], (), "i1")
+        flag = self.op("torch.aten.Bool.Tensor", [all_ok.value], ["!torch.bool"])[0]
+        self.ir.Operation.create(
+            "torch.runtime.assert",
+            operands=[flag],
+            attributes={"message": self.ir.StringAttr.get(f"gqa-torch-mlir: {message}", self.types.context)},
+            loc=self.loc,
+            ip=self.ip,
+        )
+
+    def in_range(self, t: Tensor, low: Dim, high: Dim) -> Tensor:
+        """i1: low <= t <= high, elementwise."""
+        return self.logical_and(self.ge_scalar(t, low), self.le_scalar(t, high))
+
     def item(self, t: Tensor) -> Dim:
         """The value of a one-element integer tensor as a dynamic !torch.int."""
         return self.op("torch.aten.item", [t.value], ["!torch.int"])[0]
@@ -334,6 +361,9 @@ class TorchBuilder:
 
     def logical_and(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.logical_and", a, b, "i1")
+
+    def logical_or(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("torch.aten.logical_or", a, b, "i1")
 
     def maximum(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.maximum", a, b, a.dtype)
@@ -472,6 +502,9 @@ class TorchBuilder:
 
     def sqrt(self, t: Tensor) -> Tensor:
         return self.tensor_op("torch.aten.sqrt", [t.value], t.shape, t.dtype)
+
+    def erf(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.erf", [t.value], t.shape, t.dtype)
 
     def div_scalar(self, t: Tensor, scalar: float) -> Tensor:
         """``t / scalar`` with a float scalar (a true division, not a multiplication by 1/scalar)."""

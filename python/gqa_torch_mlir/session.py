@@ -73,16 +73,24 @@ class InferenceSession:
     bindings, IREE's llvm-cpu codegen, run by ``iree.runtime``; needs the
     ``iree`` extra).  ``threads`` is the iree-cpu worker count (1: the calling
     thread only); the refbackend records it and runs on one thread.
+    ``runtime_verification`` (refbackend) bounds-checks every memory access
+    of the compiled code and reports a violation as RuntimeInvocationError.
     """
 
-    def __init__(self, model: ModelLike, backend: str = "refbackend", threads: Optional[int] = None):
+    def __init__(
+        self,
+        model: ModelLike,
+        backend: str = "refbackend",
+        threads: Optional[int] = None,
+        runtime_verification: bool = False,
+    ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        self._compiled, self._function = _compile_for(backend, proto, threads)
+        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification)
 
     def get_inputs(self) -> List[NodeArg]:
         return list(self._inputs)
@@ -131,7 +139,7 @@ def _as_onnx_type(array: np.ndarray, arg: NodeArg) -> np.ndarray:
     return array
 
 
-def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int]):
+def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int], runtime_verification: bool = False):
     """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
     if backend == "iree-cpu":
         try:
@@ -143,7 +151,7 @@ def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int]):
     from .backends.refbackend import RefBackend
 
     module = compile(proto, "linalg-on-tensors")
-    return RefBackend(threads=threads).compile(module), _main_function_name(module)
+    return RefBackend(threads=threads, runtime_verification=runtime_verification).compile(module), _main_function_name(module)
 
 
 def _main_function_name(module) -> str:

@@ -2,11 +2,16 @@
 
 // KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is padded
 // by S rows on the sequence axis, then scatter.src on dim 2 writes the new K/V
-// at past_len[b] + s. No aten.size.int: every dim is static.
+// at past_len[b] + s, checked at run time and clamped into the 8 rows. No
+// aten.size.int: every dim is static.
 // CHECK-LABEL: func.func @kv_cache
 // CHECK-NOT:     torch.aten.size.int
 // CHECK:         %[[K_BHSD:.+]] = torch.aten.transpose.int %{{.+}} -> !torch.vtensor<[2,2,3,16],f32>
 // CHECK:         %[[V_BHSD:.+]] = torch.aten.transpose.int %{{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: seqlens_k[b] must lie in [0, present length)
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: the new tokens must fit the cache
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: total_sequence_length must equal past length + S
+// CHECK:         %[[ROWS:.+]] = torch.aten.clamp %{{.+}}, %int0, %int7 : !torch.vtensor<[2,3],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,3],si64>
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand %{{.+}} -> !torch.vtensor<[2,2,3,16],si64>
 // CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %{{.+}} : !torch.vtensor<[2,2,5,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[2,2,8,16],f32>
 // CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]], %[[K_BHSD]] : !torch.vtensor<[2,2,8,16],f32>, !torch.int, !torch.vtensor<[2,2,3,16],si64>, !torch.vtensor<[2,2,3,16],f32> -> !torch.vtensor<[2,2,8,16],f32>
@@ -58,7 +63,8 @@ func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64]
 
 // Position ids: seqlens_k (int32) -> int64 keeping its shape [B]; past_len = seqlens_k + 1 - S,
 // or 0 on a first prompt (total_sequence_length == S); positions = past_len[b] + arange(S)
-// select the rotary rows for Q (H heads) and K (Hkv heads).
+// select the rotary rows for Q (H heads) and K (Hkv heads), checked at run time to lie in
+// the cos/sin caches and clamped there so no value reads outside them.
 // CHECK-LABEL: func.func @position_ids_rotary
 // CHECK:         %[[SEQLENS:.+]] = torch.aten.to.dtype %arg5, %int4, {{.+}} : !torch.vtensor<[2],si32>, {{.+}} -> !torch.vtensor<[2],si64>
 // CHECK:         %[[TOTAL:.+]] = torch.aten.to.dtype %arg6, %int4, {{.+}} : !torch.vtensor<[],si32>, {{.+}} -> !torch.vtensor<[],si64>
@@ -69,7 +75,9 @@ func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64]
 // CHECK:         %[[PAST_LEN_B1:.+]] = torch.aten.unsqueeze %[[PAST_LEN]], %int1 {{.+}} -> !torch.vtensor<[2,1],si64>
 // CHECK:         %[[ARANGE_S:.+]] = torch.aten.arange %int3, %int4, {{.+}} -> !torch.vtensor<[3],si64>
 // CHECK:         %[[POS:.+]] = torch.aten.add.Tensor %[[PAST_LEN_B1]], %[[ARANGE_S]], %int1 {{.+}} -> !torch.vtensor<[2,3],si64>
-// CHECK:         %[[POS_LIST:.+]] = torch.prim.ListConstruct %[[POS]] : (!torch.vtensor<[2,3],si64>) -> !torch.list<optional<vtensor>>
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: rotary positions (position_ids, or the tokens' positions) must lie in [0, cos_cache rows)"
+// CHECK:         %[[ROPE_POS:.+]] = torch.aten.clamp %[[POS]], %int0, %int31 : !torch.vtensor<[2,3],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,3],si64>
+// CHECK:         %[[POS_LIST:.+]] = torch.prim.ListConstruct %[[ROPE_POS]] : (!torch.vtensor<[2,3],si64>) -> !torch.list<optional<vtensor>>
 // CHECK:         %[[COS:.+]] = torch.aten.index.Tensor %arg7, %[[POS_LIST]] : !torch.vtensor<[32,8],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2,3,8],f32>
 // CHECK:         torch.aten.index.Tensor %arg8, {{.+}} -> !torch.vtensor<[2,3,8],f32>
 // CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[2,4,3,16],f32>
@@ -105,7 +113,8 @@ func.func @f16(%q: !torch.vtensor<[1,1,64],f16>, %k: !torch.vtensor<[1,1,32],f16
 // CHECK:         %[[PAST_LEN:.+]] = torch.aten.where.ScalarSelf %{{.+}}, %int0, %[[DECODE_PAST]]
 // CHECK:         %[[PAST_LEN_B1:.+]] = torch.aten.unsqueeze %[[PAST_LEN]], %int1
 // CHECK:         %[[POS:.+]] = torch.aten.add.Tensor %[[PAST_LEN_B1]]
-// CHECK:         %[[POS_B1S:.+]] = torch.aten.unsqueeze %[[POS]], %int1
+// CHECK:         %[[ROWS:.+]] = torch.aten.clamp %[[POS]], %int0, %int9
+// CHECK:         %[[POS_B1S:.+]] = torch.aten.unsqueeze %[[ROWS]], %int1
 // CHECK:         %[[POS_B1S1:.+]] = torch.aten.unsqueeze %[[POS_B1S]], %int3
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand %[[POS_B1S1]]
 // CHECK:         torch.aten.scatter.src %{{.+}}, %int2, %[[INDEX]]
@@ -137,7 +146,7 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // -----
 
 // Dynamic batch, sequence and cache lengths: S is read once with aten.size.int
-// and feeds past_len and arange; the cache grows by max(0, total - P) rows,
+// and feeds past_len and arange; the cache grows by clamp(total - P, 0, S) rows,
 // read from total_sequence_length at run time (S for a growing cache, 0 for a
 // fixed-capacity buffer); T = size of the grown cache feeds the mask.
 // Batch needs no size op (expand keeps it with -1). Trailing optional slots
@@ -150,7 +159,8 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[TOTAL_INT:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[],si64> -> !torch.int
 // CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
 // CHECK:         %[[EXTRA:.+]] = torch.aten.sub.int %[[TOTAL_INT]], %[[P]]
-// CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[EXTRA]], %int0
+// CHECK:         %[[AT_MOST_S:.+]] = torch.prim.min.int %[[EXTRA]], %[[S]]
+// CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[AT_MOST_S]], %int0
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
 // CHECK:         %[[PADS:.+]] = torch.prim.ListConstruct %int0, %int0, %int0, %[[GROWTH]]
 // CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>

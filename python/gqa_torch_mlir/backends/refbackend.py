@@ -113,12 +113,18 @@ _BUFFERIZE = _Stage(
     ),
 )
 _MUNGE = _Stage("refbackend-munge-calling-conventions", ("refback-munge-calling-conventions",))
-_TO_LLVM = _Stage(
-    "refbackend-lower-to-llvm",
+_VERIFY = _Stage("refbackend-runtime-verification", ("generate-runtime-verification",))
+_TO_LOOPS = _Stage(
+    "refbackend-lower-to-loops",
     (
         "func.func(tm-tensor-to-loops)",
         "func.func(refback-munge-memref-copy)",
         "func.func(convert-linalg-to-loops)",
+    ),
+)
+_TO_LLVM = _Stage(
+    "refbackend-lower-to-llvm",
+    (
         "func.func(lower-affine)",
         "convert-scf-to-cf",
         "func.func(refback-expand-ops-for-llvm)",
@@ -133,6 +139,7 @@ _TO_LLVM = _Stage(
         "finalize-memref-to-llvm",
         "func.func(convert-arith-to-llvm)",
         "convert-vector-to-llvm",
+        "convert-index-to-llvm",  # generate-runtime-verification emits index ops
         "convert-func-to-llvm",
         "convert-cf-to-llvm",
         "convert-complex-to-llvm",
@@ -140,7 +147,7 @@ _TO_LLVM = _Stage(
     ),
 )
 
-LOWERING_PIPELINE = _pipeline(_BUFFERIZE.passes + _MUNGE.passes + _TO_LLVM.passes)
+LOWERING_PIPELINE = _pipeline(_BUFFERIZE.passes + _MUNGE.passes + _TO_LOOPS.passes + _TO_LLVM.passes)
 """The whole lowering, linalg-on-tensors to LLVM dialect, as one pipeline."""
 
 
@@ -257,16 +264,79 @@ def _create_engine(module: ir.Module, opt_level: int) -> ExecutionEngine:
 # ---------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------
+# run-time checks
+# ---------------------------------------------------------------------------
+
+CHECK_PREFIX = "gqa-torch-mlir:"
+_CHECK_CALLBACK = "refbackend_runtime_check"
+
+
+def _checks_to_callbacks(module: ir.Module, prefix: str = CHECK_PREFIX, first_id: int = 0) -> list[str]:
+    """Turn our ``cf.assert``s (message prefix ``gqa-torch-mlir:``) into calls of a
+    registered callback; return their messages by id (ids from ``first_id``).
+
+    A failing ``cf.assert`` aborts the process.  Our lowerings clamp every
+    data-dependent index, so the computation stays in bounds whatever the
+    inputs; the callback records the failure and ``invoke`` raises it as
+    :class:`RuntimeInvocationError`.  Other asserts (torch-mlir's own) are kept.
+    """
+    asserts = []
+
+    def collect(op):
+        if op.name == "cf.assert" and ir.StringAttr(op.attributes["msg"]).value.startswith(prefix):
+            asserts.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    if not asserts:
+        return []
+    with module.context, ir.Location.unknown():
+        i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+        decl_type = ir.FunctionType.get([i1, i64], [])
+        if first_id == 0:
+            ir.Operation.create(
+                "func.func",
+                attributes={
+                    "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
+                    "function_type": ir.TypeAttr.get(decl_type),
+                    "sym_visibility": ir.StringAttr.get("private"),
+                    "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
+                },
+                regions=1,
+                ip=ir.InsertionPoint(module.body),
+            )
+        messages = []
+        for op in asserts:
+            messages.append(ir.StringAttr(op.attributes["msg"]).value)
+            ip = ir.InsertionPoint(op)
+            check_id = ir.Operation.create(
+                "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, first_id + len(messages) - 1)}, ip=ip
+            ).result
+            ir.Operation.create(
+                "func.call",
+                operands=[op.operands[0], check_id],
+                attributes={"callee": ir.FlatSymbolRefAttr.get(_CHECK_CALLBACK)},
+                ip=ip,
+            )
+            op.erase()
+    return messages
+
+
 class _ResultSlot:
     """Where a consume callback leaves the results of the running call."""
 
     def __init__(self) -> None:
         self.values: tuple[np.ndarray, ...] | None = None
         self.error: Exception | None = None
+        self.failed_checks: list[int] = []
 
-    def take(self, function: str) -> tuple[np.ndarray, ...]:
-        values, error = self.values, self.error
+    def take(self, function: str, checks: list[str]) -> tuple[np.ndarray, ...]:
+        values, error, failed = self.values, self.error, self.failed_checks
         self.values = self.error = None
+        self.failed_checks = []
+        if failed:
+            raise RuntimeInvocationError(f"@{function}: " + "; ".join(dict.fromkeys(checks[i] for i in failed)))
         if values is None:
             raise RuntimeError(f"@{function} returned without passing its results") from error
         return values
@@ -287,6 +357,14 @@ def _make_consumer(dtypes: Sequence[np.dtype], slot: _ResultSlot) -> Callable:
             slot.error = exc
 
     return ctypes.CFUNCTYPE(None, *[_MemRefPtr] * len(dtypes))(consume)
+
+
+def _make_check_callback(slot: _ResultSlot) -> Callable:
+    def check(ok: bool, check_id: int) -> None:
+        if not ok:
+            slot.failed_checks.append(check_id)
+
+    return ctypes.CFUNCTYPE(None, ctypes.c_bool, ctypes.c_int64)(check)
 
 
 def _check_argument(function: str, index: int, spec: TensorSpec, arg: object) -> np.ndarray:
@@ -324,13 +402,17 @@ class CompiledModule:
         engine: ExecutionEngine,
         signatures: dict[str, FunctionSignature],
         consumers: dict[str, list[np.dtype]],
+        checks: list[str],
     ) -> None:
         self._engine = engine
         self._signatures = signatures
+        self._checks = checks
         self._slot = _ResultSlot()
         self._lock = threading.Lock()
         # Registered before the first lookup; kept referenced as long as the engine.
         self._callbacks = {name: _make_consumer(dtypes, self._slot) for name, dtypes in consumers.items()}
+        if checks:
+            self._callbacks[_CHECK_CALLBACK] = _make_check_callback(self._slot)
         for name, callback in self._callbacks.items():
             engine.register_runtime(name, callback)
 
@@ -349,7 +431,7 @@ class CompiledModule:
         pointers = [ctypes.pointer(ctypes.pointer(get_unranked_memref_descriptor(a))) for a in arrays]
         with self._lock:
             self._engine.invoke(function, *pointers)
-            return self._slot.take(function)
+            return self._slot.take(function, self._checks)
 
 
 class RefBackend:
@@ -357,21 +439,30 @@ class RefBackend:
 
     ``opt_level`` is LLVM's optimisation level (0-3). ``threads`` is accepted
     for interface parity with other backends and only recorded: the generated
-    code is single-threaded.
+    code is single-threaded.  ``runtime_verification`` adds MLIR's
+    ``generate-runtime-verification`` after bufferization: every memref access
+    is bounds-checked and a violation raises ``RuntimeInvocationError`` (a
+    sanitizer for tests; it slows the code down).
     """
 
-    def __init__(self, opt_level: int = 2, threads: int | None = None) -> None:
+    def __init__(self, opt_level: int = 2, threads: int | None = None, runtime_verification: bool = False) -> None:
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level}")
         self.opt_level = opt_level
         self.threads = threads
+        self.runtime_verification = runtime_verification
 
     def compile(self, module: ir.Module) -> CompiledModule:
         """Lower a copy of ``module`` (the caller's module is left as it was) and JIT it."""
         signatures = _read_signatures(module)
         lowered = ir.Module.parse(_asm(module), context=module.context)
+        checks = _checks_to_callbacks(lowered)
         _run_stage(lowered, _BUFFERIZE)
         _run_stage(lowered, _MUNGE)
         consumers = _consume_declarations(lowered)
+        _run_stage(lowered, _TO_LOOPS)
+        if self.runtime_verification:  # bounds checks on every load and store, reported like our checks
+            _run_stage(lowered, _VERIFY)
+            checks += _checks_to_callbacks(lowered, prefix="", first_id=len(checks))
         _run_stage(lowered, _TO_LLVM)
-        return CompiledModule(_create_engine(lowered, self.opt_level), signatures, consumers)
+        return CompiledModule(_create_engine(lowered, self.opt_level), signatures, consumers, checks)

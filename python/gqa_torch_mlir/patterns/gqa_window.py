@@ -58,9 +58,10 @@ def plan_window(tb: TorchBuilder, past_BHkvCDc: Tensor, past_len_B: Tensor, seql
     Hkv, Dc = past_BHkvCDc.shape[1], past_BHkvCDc.shape[3]
     tokens_B = tb.add_scalar(seqlens_B, 1)
     resident_before_B = resident_rows(tb, past_len_B, C, W)  # L(Tp)
-    write_row_BS = tb.add(tb.unsqueeze(resident_before_B, 1), tb.arange(S))  # L(Tp) + s: [B,S]
-    base_B = tb.sub(past_len_B, resident_before_B)  # absolute position of staged row 0: Tp - L(Tp)
     X = tb.dim_add(C, S)
+    write_row_BS = tb.add(tb.unsqueeze(resident_before_B, 1), tb.arange(S))  # L(Tp) + s: [B,S]
+    write_row_BS = tb.clamp_int(write_row_BS, 0, tb.dim_sub(X, 1))  # in bounds whatever the lengths hold
+    base_B = tb.sub(past_len_B, resident_before_B)  # absolute position of staged row 0: Tp - L(Tp)
     key_abs_BX = tb.add(tb.unsqueeze(base_B, 1), tb.arange(X))  # base + r: [B,X]
     first_kept_B = tb.sub(tb.sub(tokens_B, resident_rows(tb, tokens_B, C, W)), base_B)  # T - L(T) - base
     keep_row_BC = tb.clamp_int(tb.add(tb.unsqueeze(first_kept_B, 1), tb.arange(C)), 0, tb.dim_sub(X, 1))  # [B,C]

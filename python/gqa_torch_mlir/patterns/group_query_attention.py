@@ -84,20 +84,23 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     step = step_positions(tb, ins)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
     if attrs.do_rotary:
-        rotary = RotaryTables.gather(tb, ins, rotary_positions(tb, ins, step), attrs.rotary_interleaved)
+        rotary = RotaryTables.gather(tb, ins, checked_rotary_positions(tb, ins, step), attrs.rotary_interleaved)
         query_BHSDh = rotary.apply(tb, query_BHSDh)
         key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
     codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     past_key, past_value = past_caches(tb, ins, attrs)
     if attrs.window_cache:  # attention reads the staged rows; the buffer keeps the resident ones
+        check_window_lengths(tb, step)
         plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
         read_key_BHkvTDc, present_key_BHkvTDc = plan.apply(tb, past_key, key_BHkvSDc)
         read_value_BHkvTDc, present_value_BHkvTDc = plan.apply(tb, past_value, value_BHkvSDc)
         key_pos = plan.key_abs_B1X  # [B,1,T]
     else:
         capacity_growth = cache_growth(tb, b, step, past_key)
-        index_BHkvSDc = cache_index(tb, step.position_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+        T = tb.dim_add(tb.size(past_key, 2), capacity_growth)
+        write_row_BS = checked_cache_rows(tb, step, ins, tb.size(past_key, 2), T)
+        index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
         present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
         present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
         read_key_BHkvTDc, read_value_BHkvTDc = present_key_BHkvTDc, present_value_BHkvTDc
@@ -246,6 +249,59 @@ def to_heads(tb: TorchBuilder, x_BSD: Tensor, heads: int, Dh: int) -> Tensor:
     return tb.transpose(x_BSNDh, 1, 2)  # [B,S,N,Dh] -> [B,N,S,Dh]
 
 
+# -- run-time checks ------------------------------------------------------------
+#
+# Whatever seqlens_k, total_sequence_length, query_seqlens or position_ids
+# hold, every data-dependent index is clamped into its buffer, so compiled code
+# never reads or writes out of bounds; the inputs onnxruntime rejects also fail
+# a run-time check with onnxruntime's rule in the message.
+
+
+def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, T: Dim) -> Tensor:
+    """Cache rows of the new tokens (their positions), clamped into [0, T)."""
+    last = tb.dim_sub(T, 1)
+    tb.runtime_check(
+        tb.in_range(step.seqlens_B, 0, last),
+        "GroupQueryAttention: seqlens_k[b] must lie in [0, present length) (onnxruntime rejects it otherwise)",
+    )
+    tb.runtime_check(
+        tb.in_range(step.position_BS, 0, last),
+        "GroupQueryAttention: the new tokens must fit the cache: 0 <= seqlens_k[b] + 1 - S (or - query_seqlens[b]) "
+        "and seqlens_k[b] + 1 - S + S <= present length",
+    )
+    total_ok = tb.logical_or(tb.eq_scalar(step.total, tb.dim_add(P, step.S)), tb.le_scalar(step.total, P))
+    tb.runtime_check(
+        tb.logical_and(total_ok, tb.ge_scalar(step.total, 1)),
+        "GroupQueryAttention: total_sequence_length must equal past length + S (growing cache) or be at most "
+        "the past length (fixed capacity), and be >= 1",
+    )
+    if ins.query_seqlens is not None:
+        qlens_B = tb.to_dtype(ins.query_seqlens, "si64")
+        tb.runtime_check(
+            tb.logical_and(tb.in_range(qlens_B, 0, step.S), tb.le(qlens_B, tb.add_scalar(step.seqlens_B, 1))),
+            "GroupQueryAttention: query_seqlens[b] must lie in [0, min(S, seqlens_k[b] + 1)]",
+        )
+    return tb.clamp_int(step.position_BS, 0, last)
+
+
+def check_window_lengths(tb: TorchBuilder, step: Step) -> None:
+    tb.runtime_check(
+        tb.logical_and(tb.ge_scalar(step.seqlens_B, 0), tb.ge_scalar(step.past_len_B, 0)),
+        "GroupQueryAttention: seqlens_k[b] must be >= 0 and seqlens_k[b] + 1 >= the step's new tokens",
+    )
+
+
+def checked_rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
+    """Rotary rows, clamped into the cos/sin caches [0, M)."""
+    positions_BS = rotary_positions(tb, ins, step)
+    last = tb.dim_sub(tb.size(ins.cos_cache, 0), 1)
+    tb.runtime_check(
+        tb.in_range(positions_BS, 0, last),
+        "GroupQueryAttention: rotary positions (position_ids, or the tokens' positions) must lie in [0, cos_cache rows)",
+    )
+    return tb.clamp_int(positions_BS, 0, last)
+
+
 # -- cache ------------------------------------------------------------------------
 
 
@@ -265,14 +321,15 @@ def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim
 
     Static when the op's declared present type and P are: S for a growing
     cache, 0 for a fixed-capacity buffer.  Otherwise read from
-    total_sequence_length at run time.
+    total_sequence_length at run time, clamped to [0, S] so no value can make
+    the buffer grow past what a valid input needs.
     """
     P = past.shape[2]
     declared = _declared_present_rows(b)
     if declared is not None and P is not None and declared >= P:
         return declared - P
     total = tb.item(step.total)
-    return tb.dim_max(tb.dim_sub(total, tb.size(past, 2)), 0)
+    return tb.dim_max(tb.dim_min(tb.dim_sub(total, tb.size(past, 2)), step.S), 0)  # in [0, S] whatever total holds
 
 
 def _declared_present_rows(b: OpBinder) -> Optional[int]:
