@@ -272,9 +272,9 @@ CHECK_PREFIX = "gqa-torch-mlir:"
 _CHECK_CALLBACK = "refbackend_runtime_check"
 
 
-def _checks_to_callbacks(module: ir.Module, prefix: str = CHECK_PREFIX, first_id: int = 0) -> list[str]:
+def _checks_to_callbacks(module: ir.Module) -> list[str]:
     """Turn our ``cf.assert``s (message prefix ``gqa-torch-mlir:``) into calls of a
-    registered callback; return their messages by id (ids from ``first_id``).
+    registered callback; return their messages by id.
 
     A failing ``cf.assert`` aborts the process.  Our lowerings clamp every
     data-dependent index, so the computation stays in bounds whatever the
@@ -284,7 +284,7 @@ def _checks_to_callbacks(module: ir.Module, prefix: str = CHECK_PREFIX, first_id
     asserts = []
 
     def collect(op):
-        if op.name == "cf.assert" and ir.StringAttr(op.attributes["msg"]).value.startswith(prefix):
+        if op.name == "cf.assert" and ir.StringAttr(op.attributes["msg"]).value.startswith(CHECK_PREFIX):
             asserts.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -294,24 +294,23 @@ def _checks_to_callbacks(module: ir.Module, prefix: str = CHECK_PREFIX, first_id
     with module.context, ir.Location.unknown():
         i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
         decl_type = ir.FunctionType.get([i1, i64], [])
-        if first_id == 0:
-            ir.Operation.create(
-                "func.func",
-                attributes={
-                    "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
-                    "function_type": ir.TypeAttr.get(decl_type),
-                    "sym_visibility": ir.StringAttr.get("private"),
-                    "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
-                },
-                regions=1,
-                ip=ir.InsertionPoint(module.body),
-            )
+        ir.Operation.create(
+            "func.func",
+            attributes={
+                "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
+                "function_type": ir.TypeAttr.get(decl_type),
+                "sym_visibility": ir.StringAttr.get("private"),
+                "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
+            },
+            regions=1,
+            ip=ir.InsertionPoint(module.body),
+        )
         messages = []
         for op in asserts:
             messages.append(ir.StringAttr(op.attributes["msg"]).value)
             ip = ir.InsertionPoint(op)
             check_id = ir.Operation.create(
-                "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, first_id + len(messages) - 1)}, ip=ip
+                "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, len(messages) - 1)}, ip=ip
             ).result
             ir.Operation.create(
                 "func.call",
@@ -440,9 +439,10 @@ class RefBackend:
     ``opt_level`` is LLVM's optimisation level (0-3). ``threads`` is accepted
     for interface parity with other backends and only recorded: the generated
     code is single-threaded.  ``runtime_verification`` adds MLIR's
-    ``generate-runtime-verification`` after bufferization: every memref access
-    is bounds-checked and a violation raises ``RuntimeInvocationError`` (a
-    sanitizer for tests; it slows the code down).
+    ``generate-runtime-verification`` after lowering to loops: every load and
+    store is bounds-checked, and a violation aborts the process with MLIR's
+    "out-of-bounds access" report before the access happens (a sanitizer for
+    tests; it slows the code down).
     """
 
     def __init__(self, opt_level: int = 2, threads: int | None = None, runtime_verification: bool = False) -> None:
@@ -461,8 +461,7 @@ class RefBackend:
         _run_stage(lowered, _MUNGE)
         consumers = _consume_declarations(lowered)
         _run_stage(lowered, _TO_LOOPS)
-        if self.runtime_verification:  # bounds checks on every load and store, reported like our checks
+        if self.runtime_verification:  # bounds checks on every load and store; a violation aborts before the access
             _run_stage(lowered, _VERIFY)
-            checks += _checks_to_callbacks(lowered, prefix="", first_id=len(checks))
         _run_stage(lowered, _TO_LLVM)
         return CompiledModule(_create_engine(lowered, self.opt_level), signatures, consumers, checks)
