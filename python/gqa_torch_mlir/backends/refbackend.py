@@ -414,6 +414,8 @@ class CompiledModule:
             self._callbacks[_CHECK_CALLBACK] = _make_check_callback(self._slot)
         for name, callback in self._callbacks.items():
             engine.register_runtime(name, callback)
+        for name in signatures:  # JIT now: the first lookup compiles the whole module
+            engine.lookup(name)
 
     def signature(self, function: str) -> FunctionSignature:
         """``(args, results)``: lists of ``(shape, dtype)``, -1 for a dynamic dim."""
