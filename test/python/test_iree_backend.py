@@ -1,0 +1,317 @@
+"""The iree-cpu backend: our pass inside IREE's MLIR Python bindings, IREE's llvm-cpu, iree.runtime.
+
+* GroupQueryAttention configs (decode, prefill, packed, rotary, f16, dynamic
+  dims, fixed-capacity cache, softcap / local window / sink in the decomposed
+  form, output_qk, attention_bias, int8/int4 caches) match onnxruntime with 1
+  and 2 threads;
+* a prefill + decode chain feeds IREE's present caches back;
+* GQA between ordinary ONNX ops (which IREE's ONNX input conversion lowers);
+* the pass really runs in IREE's bindings: the IR after it, printed from
+  IREE's context, is checked with FileCheck;
+* torch-mlir's and IREE's bindings in one process, used alternately;
+* refusals raise LoweringError, IREE failures CompileStageError with an
+  iree-compile command that reproduces them; the thread/device rules.
+
+These tests need the ``iree`` extra (iree-base-compiler, iree-base-runtime).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCompiledModule, IreeCpuBackend
+from gqa_torch_mlir.errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+
+FILECHECK = os.path.join(os.path.dirname(sys.executable), "filecheck")
+C = GQAConfig
+
+
+def run_session(sess: InferenceSession, feeds: dict) -> dict:
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def assert_matches(cfg, got, want, feeds, what=""):
+    problems = compare(cfg, got, want, feeds)
+    assert not problems, f"{what or cfg.name}:\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------
+# configs against onnxruntime
+# ---------------------------------------------------------------------------
+
+CASES = [
+    ("decode_rotary", C(batch=2, seq=1, past=7, past_lens=(7, 4), rotary=True), {}),
+    ("prefill", C(batch=2, seq=5, past=0), {}),
+    ("chunk_rotary_interleaved", C(batch=1, seq=3, past=4, rotary=True, rotary_interleaved=True), {}),
+    ("packed_decode", C(batch=2, seq=1, past=7, past_lens=(7, 4), packed=True), {}),
+    ("prefill_f16", C(batch=2, seq=5, past=0, dtype="float16"), {}),
+    ("decode_rotary_f16_packed", C(batch=1, seq=1, past=6, rotary=True, packed=True, dtype="float16"), {}),
+    ("dynamic_mqa_packed_rotary", C(batch=1, seq=3, past=4, num_heads=4, kv_num_heads=1, rotary=True, packed=True, dynamic=True), {}),
+    ("dynamic_decode", C(batch=2, seq=1, past=7, past_lens=(7, 4), rotary=True, dynamic=True), {}),
+    ("fixed_capacity_decode", C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True), {}),
+    ("fixed_capacity_dynamic_rotary", C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True, dynamic=True, rotary=True), {}),
+    ("softcap", C(batch=1, seq=1, past=6), {"softcap": 2.0}),
+    ("local_window_decode", C(batch=2, seq=1, past=9, past_lens=(9, 4)), {"local_window_size": 3}),
+    ("gemma2_like_dynamic", C(batch=2, seq=1, past=7, past_lens=(7, 2), rotary=True, dynamic=True), {"local_window_size": 4, "softcap": 30.0, "scale": 0.125}),
+    ("gemma2_like_f16", C(batch=1, seq=3, past=4, dtype="float16", rotary=True), {"local_window_size": 2, "softcap": 5.0, "scale": 0.2}),
+    ("packed_window_sink", C(batch=1, seq=2, past=5, packed=True, head_sink=True, rotary=True), {"local_window_size": 3}),
+    ("qk_output_softcap", C(batch=1, seq=3, past=4), {"qk_output": 2, "softcap": 1.5}),
+    ("bias_B1_softcap", C(batch=2, seq=1, past=6, past_lens=(6, 3), attention_bias="B1"), {"softcap": 3.0}),
+    ("int8_cache_per_channel_rotary", C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", rotary=True), {}),
+    ("int4_cache_per_channel_dynamic", C(batch=2, seq=1, past=6, past_lens=(6, 2), kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), {}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["1thread", "2threads"])
+@pytest.mark.parametrize("name,cfg,attrs", CASES, ids=[c[0] for c in CASES])
+def test_matches_onnxruntime(name, cfg, attrs, threads):
+    model = make_model(cfg, attrs)
+    feeds = make_inputs(cfg, seed=len(name))
+    sess = InferenceSession(model, backend="iree-cpu", threads=threads)
+    assert_matches(cfg, run_session(sess, feeds), run_onnxruntime(model, feeds), feeds, f"{name} ({cfg.name}, {attrs})")
+
+
+def test_output_selection_and_repeated_runs():
+    """onnxruntime's run conventions: named outputs in the order asked, runs independent of each other."""
+    cfg = C(batch=2, seq=1, past=7, past_lens=(7, 4), rotary=True, dynamic=True)
+    model = make_model(cfg)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1)
+    first = make_inputs(cfg, seed=1)
+    want = run_onnxruntime(model, first)
+    present_value, output = sess.run(["present_value", "output"], first)
+    subset = {n: want[n] for n in ("present_value", "output")}
+    assert_matches(cfg, {"present_value": present_value, "output": output}, subset, first)
+    other_cfg = C(batch=1, seq=4, past=3, rotary=True, dynamic=True)  # other sizes, same dynamic model
+    other = make_inputs(other_cfg, seed=2)
+    assert_matches(other_cfg, run_session(sess, other), run_onnxruntime(model, other), other)
+    assert_matches(cfg, run_session(sess, first), want, first, "first feeds again")
+    with pytest.raises(RuntimeInvocationError, match="missing"):
+        sess.run(None, {k: v for k, v in first.items() if k != "seqlens_k"})
+
+
+def test_prefill_then_decode_feeding_the_cache_back():
+    steps_n, prompt = 3, 4
+    common = dict(batch=1, num_heads=4, kv_num_heads=2, head_size=16, rotary=True, dynamic=True,
+                  rotary_cache_len=prompt + steps_n + 2)
+    steps = [C(seq=prompt, past=0, **common)] + [C(seq=1, past=prompt + i, **common) for i in range(steps_n)]
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=2)
+    ours = theirs = None
+    for i, cfg in enumerate(steps):
+        feeds = make_inputs(cfg, seed=100 + i)
+        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
+        if i:
+            ours_feeds["past_key"], ours_feeds["past_value"] = ours
+            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        got = run_session(sess, ours_feeds)
+        want = run_onnxruntime(model, theirs_feeds)
+        assert got["present_key"].shape == (1, 2, cfg.total, 16)
+        assert_matches(cfg, got, want, theirs_feeds, f"step {i} ({cfg.name})")
+        ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
+
+
+def test_gqa_between_onnx_ops():
+    """MatMul -> GQA -> Add: the ordinary ONNX ops go through IREE's own ONNX input conversion."""
+    cfg = C(batch=2, seq=1, past=5, past_lens=(5, 2), rotary=True)
+    model = make_model(cfg)
+    g = model.graph
+    rng = np.random.default_rng(3)
+    width = cfg.num_heads * cfg.head_size
+    g.node[0].input[0] = "q_proj"
+    g.node[0].output[0] = "attn"
+    w_q = (rng.standard_normal((12, width)) / 4).astype(np.float32)
+    g.initializer.append(numpy_helper.from_array(w_q, "w_q"))
+    g.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, [cfg.batch, cfg.seq, 12]))
+    g.node.insert(0, helper.make_node("MatMul", ["x", "w_q"], ["q_proj"], name="proj_q"))
+    g.input.append(helper.make_tensor_value_info("bias", TensorProto.FLOAT, [cfg.batch, cfg.seq, width]))
+    g.node.append(helper.make_node("Add", ["attn", "bias"], ["output"], name="add"))
+    feeds = make_inputs(cfg, seed=5)
+    feeds["x"] = rng.standard_normal((cfg.batch, cfg.seq, 12)).astype(np.float32)
+    feeds["bias"] = rng.standard_normal((cfg.batch, cfg.seq, width)).astype(np.float32)
+    del feeds["query"]
+    want = run_onnxruntime(model, feeds)
+    assert_matches(cfg, run_session(InferenceSession(model, backend="iree-cpu", threads=1), feeds), want, feeds)
+
+
+# ---------------------------------------------------------------------------
+# the pass inside IREE's bindings
+# ---------------------------------------------------------------------------
+
+
+def filecheck(text: str, checks: str, tmp_path) -> None:
+    check_file = tmp_path / "checks.txt"
+    check_file.write_text(textwrap.dedent(checks))
+    proc = subprocess.run([FILECHECK, str(check_file)], input=text, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n--- input ---\n" + text
+
+
+def test_pass_runs_in_iree_bindings(tmp_path):
+    from iree.compiler import ir as iree_ir
+
+    cfg = C(batch=2, seq=1, past=7, past_lens=(7, 4), rotary=True)
+    lowered = IreeCpuBackend(threads=1).lower(make_model(cfg))
+    assert isinstance(lowered.module, iree_ir.Module)
+    assert type(lowered.module.operation).__module__.startswith("iree.compiler.")
+    context = lowered.module.context
+    assert context is lowered.session.context
+    assert context.is_registered_operation("torch.aten.scatter.src")
+    # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
+    filecheck(
+        lowered.asm(),
+        f"""\
+        CHECK-LABEL: func.func @"{lowered.function}"(
+        CHECK-NOT: onnx.GroupQueryAttention
+        CHECK: = torch.aten.scatter.src %
+        CHECK: = torch.aten.scatter.src %
+        CHECK: = torch.aten.scaled_dot_product_attention %
+        CHECK-NOT: onnx.GroupQueryAttention
+        CHECK: return
+        """,
+        tmp_path,
+    )
+    # ... and that very module is what IREE compiles.
+    compiled = IreeCompiledModule(IreeCpuBackend(threads=1).compile_lowered(lowered), lowered.function, lowered.output_dtypes, 1)
+    feeds = make_inputs(cfg)
+    model = make_model(cfg)
+    got = dict(zip([o.name for o in model.graph.output], compiled.invoke(lowered.function, *[feeds[i.name] for i in model.graph.input])))
+    assert_matches(cfg, got, run_onnxruntime(model, feeds), feeds)
+
+
+def test_torch_mlir_and_iree_bindings_in_one_process():
+    """Both MLIR Python bindings, their contexts and the two backends, used alternately."""
+    import torch_mlir.ir as torch_ir
+    from iree.compiler import ir as iree_ir
+
+    import gqa_torch_mlir
+
+    cfg = C(batch=2, seq=1, past=7, past_lens=(7, 4), rotary=True, dynamic=True)
+    model = make_model(cfg)
+    feeds = make_inputs(cfg, seed=9)
+    want = run_onnxruntime(model, feeds)
+    sessions = []
+    for round_ in range(2):
+        for backend in ("refbackend", "iree-cpu"):
+            sess = InferenceSession(model, backend=backend, threads=1)
+            sessions.append(sess)
+            assert_matches(cfg, run_session(sess, feeds), want, feeds, f"round {round_} {backend}")
+        torch_module = gqa_torch_mlir.compile(model, output_type="torch")
+        iree_lowered = IreeCpuBackend(threads=1).lower(model)
+        assert isinstance(torch_module, torch_ir.Module) and isinstance(iree_lowered.module, iree_ir.Module)
+        torch_text, iree_text = str(torch_module), iree_lowered.asm()
+        for text in (torch_text, iree_text):
+            assert "torch.aten.scatter.src" in text and "onnx.GroupQueryAttention" not in text
+    for sess in sessions:  # every compiled module still runs
+        assert_matches(cfg, run_session(sess, feeds), want, feeds)
+
+
+# ---------------------------------------------------------------------------
+# failures
+# ---------------------------------------------------------------------------
+
+
+def test_refusal_raises_lowering_error_with_repro():
+    cfg = C(batch=1, seq=1, past=4)
+    with pytest.raises(LoweringError) as info:
+        InferenceSession(make_model(cfg, {"softcap": float("inf")}), backend="iree-cpu", threads=1)
+    err = info.value
+    assert len(err.diagnostics) == 1
+    assert "attribute 'softcap': value inf is not supported" in err.diagnostics[0]
+    command = str(err).rsplit("\n", 1)[-1].strip()
+    assert command.startswith("gqa-torch-mlir-opt --convert-onnx-gqa-to-torch ")
+    tool = os.path.join(os.path.dirname(sys.executable), "gqa-torch-mlir-opt")
+    proc = subprocess.run([tool, *shlex.split(command)[1:]], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "value inf is not supported" in proc.stderr
+
+
+def _unknown_op_model() -> onnx.ModelProto:
+    node = helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="com.example")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 10
+    return model
+
+
+def test_iree_failure_raises_compile_stage_error_with_iree_compile_repro():
+    with pytest.raises(CompileStageError) as info:
+        InferenceSession(_unknown_op_model(), backend="iree-cpu", threads=1)
+    err = info.value
+    assert err.stage == "iree-compile"
+    assert 'failed to legalize operation \'torch.operator\'' in err.diagnostics and "onnx.FancyOp" in err.diagnostics
+    args = shlex.split(err.repro)
+    assert os.path.basename(args[0]) == "iree-compile" and args[1 : 1 + len(COMPILE_FLAGS)] == list(COMPILE_FLAGS)
+    assert os.path.exists(args[0]) or args[0] == "iree-compile"
+    if args[0] == "iree-compile":
+        args[0] = os.path.join(os.path.dirname(sys.executable), "iree-compile")
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "onnx.FancyOp" in proc.stderr
+
+
+def test_bad_flag_is_a_stage_error():
+    with pytest.raises(CompileStageError) as info:
+        IreeCpuBackend(threads=1, extra_flags=["--iree-no-such-flag"]).compile(make_model(C()))
+    assert info.value.stage == "iree-flags"
+
+
+def test_bad_threads():
+    with pytest.raises(GqaTorchMlirError, match="threads"):
+        InferenceSession(make_model(C()), backend="iree-cpu", threads=0)
+
+
+def test_thread_counts_in_a_fresh_process():
+    """threads=1 starts no IREE worker; threads=2 starts two; one local-task count per process."""
+    script = textwrap.dedent(
+        """
+        import os
+        from gqa_torch_mlir import InferenceSession
+        from gqa_torch_mlir.errors import GqaTorchMlirError
+        from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
+
+        import time
+
+        def workers(expected):
+            # Worker threads name themselves once started: wait a little for them.
+            deadline, count = time.monotonic() + 10, 0
+            while True:
+                names = []
+                for t in os.listdir("/proc/self/task"):
+                    try:
+                        names.append(open(f"/proc/self/task/{t}/comm").read())
+                    except OSError:
+                        pass  # a thread that just ended
+                count = sum(n.startswith("iree-worker") for n in names)
+                if count >= expected or time.monotonic() > deadline:
+                    return count
+                time.sleep(0.05)
+
+        cfg = GQAConfig(batch=1, seq=1, past=3)
+        model, feeds = make_model(cfg), make_inputs(cfg)
+        InferenceSession(model, backend="iree-cpu", threads=1).run(None, feeds)
+        print("after threads=1:", workers(0))
+        InferenceSession(model, backend="iree-cpu", threads=2).run(None, feeds)
+        time.sleep(0.5)
+        print("after threads=2:", workers(2))
+        try:
+            InferenceSession(model, backend="iree-cpu", threads=3)
+        except GqaTorchMlirError as e:
+            print("threads=3:", e)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "after threads=1: 0\n" in proc.stdout
+    assert "after threads=2: 2\n" in proc.stdout
+    assert "threads=3: iree-cpu: threads=3 was asked for, but this process's local-task device already has 2 workers" in proc.stdout
+    assert "leaked" not in proc.stderr
