@@ -20,9 +20,12 @@ ATTR_PREFIX = "torch.onnx."
 class OpBinder:
     """Slot- and name-based access to one ``torch.operator``."""
 
-    def __init__(self, op, ir_module):
+    def __init__(self, op, ir_module, options=None):
+        from .options import LoweringOptions
+
         self.op = op.operation if hasattr(op, "operation") else op
         self.ir = ir_module
+        self.options = options or LoweringOptions()
 
     @property
     def location(self):
@@ -32,6 +35,23 @@ class OpBinder:
     def has_input(self, slot: int) -> bool:
         operands = self.op.operands
         return slot < len(operands) and str(operands[slot].type) != "!torch.none"
+
+    def input_is_constant(self, slot: int) -> bool:
+        """True when input ``slot`` is a graph constant (an ONNX initializer or Constant node).
+
+        The importer turns initializers into ``torch.operator "onnx.Constant"``;
+        later stages may have made them ``torch.vtensor.literal``.
+        """
+        if not self.has_input(slot):
+            return False
+        owner = getattr(self.op.operands[slot].owner, "operation", None)  # None for a block argument (a graph input)
+        if owner is None:
+            return False
+        if owner.name == "torch.vtensor.literal":
+            return True
+        if owner.name == "torch.operator" and "name" in owner.attributes:
+            return self.ir.StringAttr(owner.attributes["name"]).value == "onnx.Constant"
+        return False
 
     def num_input_slots(self) -> int:
         return len(self.op.operands)
@@ -59,6 +79,25 @@ class OpBinder:
     def result_is_used(self, i: int) -> bool:
         """False when result ``i`` has no uses (its value may be left unbuilt)."""
         return any(True for _ in self.op.results[i].uses)
+
+    def declared_result(self, tb, i: int, t: Tensor):
+        """``t`` as result ``i`` of the op: cast to its declared element type and static dims.
+
+        An unnamed ONNX output is declared ``!torch.none`` and gets ``none``.  A
+        declared shape that contradicts ``t``'s (rank or a static dim) is refused
+        by name rather than cast.
+        """
+        text = self.result_type_text(i)
+        if text == "!torch.none":
+            return tb.none()
+        parsed = parse_vtensor_type(text)
+        if parsed is None:
+            return t.value
+        shape, dtype = parsed
+        if len(shape) != t.rank or any(d is not None and s is not None and d != s for d, s in zip(shape, t.shape)):
+            got = "[" + ",".join("?" if d is None else str(d) for d in t.shape) + "]"
+            raise Refusal(f"declared type {text} contradicts the computed shape {got}", f"output {i}")
+        return tb.static_info_cast(tb.to_dtype(t, dtype), text)
 
     # -- attributes ---------------------------------------------------------
     def attribute_names(self) -> Sequence[str]:

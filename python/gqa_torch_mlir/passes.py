@@ -23,6 +23,7 @@ from . import patterns as _patterns  # noqa: F401  (registers the lowerings)
 from .binder import OpBinder
 from .builder import TorchBuilder, TypeCache
 from .errors import LoweringError
+from .options import LoweringOptions
 from .registry import REGISTRY, Refusal, Registry
 
 PASS_ARGUMENT = "convert-onnx-gqa-to-torch"
@@ -68,7 +69,7 @@ def _opset_lookup(ir, op):
     return opset_of
 
 
-def apply_lowerings(root, registry: Registry = REGISTRY) -> List[RefusedOp]:
+def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None) -> List[RefusedOp]:
     """Lower every registered ``torch.operator`` under ``root``; return the refusals."""
     root = root.operation
     ir, rewrite = bindings_of(root)
@@ -84,7 +85,7 @@ def apply_lowerings(root, registry: Registry = REGISTRY) -> List[RefusedOp]:
         try:
             builder = TorchBuilder(ir, types, rewriter.ip, op.location)
             with op.location:  # default location and context for attribute builders
-                result = lowering.fn(OpBinder(op, ir), builder)
+                result = lowering.fn(OpBinder(op, ir, options), builder)
             if isinstance(result, Refusal):
                 raise result
         except Refusal as r:
@@ -102,10 +103,10 @@ def apply_lowerings(root, registry: Registry = REGISTRY) -> List[RefusedOp]:
     return refused
 
 
-def run_pass(op, pass_) -> None:
+def run_pass(op, pass_, options: Optional[LoweringOptions] = None) -> None:
     """The pass body: lower, then report each refusal at its op and fail."""
     try:
-        refused = apply_lowerings(op)
+        refused = apply_lowerings(op, options=options)
     except Exception as e:  # never let a Python error escape into the pass manager
         refused = [RefusedOp(op.location, f"{PASS_ARGUMENT}: internal error: {type(e).__name__}: {e}")]
     for r in refused:
@@ -114,14 +115,18 @@ def run_pass(op, pass_) -> None:
         pass_.signal_pass_failure()
 
 
-def add_pass(pm) -> None:
+def add_pass(pm, options: Optional[LoweringOptions] = None) -> None:
     """Append ``convert-onnx-gqa-to-torch`` to a (module-anchored) PassManager."""
-    pm.add(run_pass, name=PASS_NAME, argument=PASS_ARGUMENT, description=PASS_DESCRIPTION)
+
+    def run(op, pass_):
+        run_pass(op, pass_, options)
+
+    pm.add(run, name=PASS_NAME, argument=PASS_ARGUMENT, description=PASS_DESCRIPTION)
 
 
-def lower_module(module, registry: Registry = REGISTRY) -> None:
+def lower_module(module, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None) -> None:
     """Python API: lower in place; raise :class:`LoweringError` listing every refusal."""
-    refused = apply_lowerings(module.operation, registry)
+    refused = apply_lowerings(module.operation, registry, options)
     if refused:
         lines = "\n".join(f"error: {r}" for r in refused)
         raise LoweringError(f"{PASS_ARGUMENT} failed:\n{lines}", [str(r) for r in refused])

@@ -21,6 +21,7 @@ import onnx
 from .context import make_context
 from .errors import CompileStageError, GqaTorchMlirError
 from .onnx_shapes import infer_shapes_with_contrib_ops
+from .options import LoweringOptions
 from .passes import PASS_ARGUMENT, add_pass
 from .repro import repro_command
 
@@ -68,24 +69,27 @@ def import_onnx(model: ModelLike, context=None):
     return module
 
 
-def compile(model: ModelLike, output_type: str = "linalg-on-tensors", context=None):
-    """Import ``model`` and lower it to ``output_type`` (one of :data:`OUTPUT_TYPES`)."""
+def compile(model: ModelLike, output_type: str = "linalg-on-tensors", context=None, options: Optional[LoweringOptions] = None):
+    """Import ``model`` and lower it to ``output_type`` (one of :data:`OUTPUT_TYPES`).
+
+    ``options`` are the plugin pass's (e.g. ``LoweringOptions(attention="sdpa")``).
+    """
     if output_type not in OUTPUT_TYPES:
         raise GqaTorchMlirError(f"output_type '{output_type}' is not one of {', '.join(OUTPUT_TYPES)}")
     module = import_onnx(model, context)
-    lower(module, output_type)
+    lower(module, output_type, options)
     return module
 
 
-def lower(module, output_type: str) -> None:
+def lower(module, output_type: str, options: Optional[LoweringOptions] = None) -> None:
     """Run the stages on an imported module, in place, up to ``output_type``."""
     for stage, pipeline, completes in STAGES:
-        run_stage(module, stage, pipeline)
+        run_stage(module, stage, pipeline, options)
         if completes == output_type:
             return
 
 
-def run_stage(module, stage: str, pipeline: Optional[str]) -> None:
+def run_stage(module, stage: str, pipeline: Optional[str], options: Optional[LoweringOptions] = None) -> None:
     """One PassManager run; a failure raises CompileStageError with a repro command."""
     from torch_mlir.passmanager import PassManager
 
@@ -93,11 +97,12 @@ def run_stage(module, stage: str, pipeline: Optional[str]) -> None:
         input_asm = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
         pm = PassManager("builtin.module")
         if pipeline is None:
-            add_pass(pm)
+            add_pass(pm, options)
         else:
             pm.add(pipeline)
         try:
             pm.run(module.operation)
         except Exception as e:
-            full = PASS_ARGUMENT if pipeline is None else f"builtin.module({pipeline})"
+            ours = PASS_ARGUMENT if options is None else f"{PASS_ARGUMENT}=attention={options.attention}"
+            full = ours if pipeline is None else f"builtin.module({pipeline})"
             raise CompileStageError(stage, str(e), repro_command(stage, input_asm, full)) from None

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from .errors import GqaTorchMlirError, RuntimeInvocationError
+from .options import LoweringOptions
 from .pipeline import ModelLike, compile, load_model
 
 _ONNX_TO_NUMPY = {
@@ -43,6 +44,8 @@ _ONNX_TYPE_NAMES = {
 }
 
 BACKENDS = ("refbackend", "iree-cpu")
+# The attention form each backend runs fastest (measured: see README, "Performance").
+DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class InferenceSession:
         backend: str = "refbackend",
         threads: Optional[int] = None,
         runtime_verification: bool = False,
+        attention: Optional[str] = None,
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
@@ -90,7 +94,8 @@ class InferenceSession:
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification)
+        options = LoweringOptions(attention=attention or DEFAULT_ATTENTION[backend])
+        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options)
 
     def get_inputs(self) -> List[NodeArg]:
         return list(self._inputs)
@@ -139,18 +144,18 @@ def _as_onnx_type(array: np.ndarray, arg: NodeArg) -> np.ndarray:
     return array
 
 
-def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int], runtime_verification: bool = False):
+def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int], runtime_verification: bool, options: LoweringOptions):
     """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
     if backend == "iree-cpu":
         try:
             from .backends.iree import IreeCpuBackend
         except ImportError as e:
             raise GqaTorchMlirError(f"backend 'iree-cpu' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
-        compiled = IreeCpuBackend(threads=threads).compile(proto)
+        compiled = IreeCpuBackend(threads=threads, options=options).compile(proto)
         return compiled, compiled.function
     from .backends.refbackend import RefBackend
 
-    module = compile(proto, "linalg-on-tensors")
+    module = compile(proto, "linalg-on-tensors", options=options)
     return RefBackend(threads=threads, runtime_verification=runtime_verification).compile(module), _main_function_name(module)
 
 

@@ -1,4 +1,4 @@
-// RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
+// RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s
 
 // KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is padded
 // by S rows on the sequence axis, then scatter.src on dim 2 writes the new K/V

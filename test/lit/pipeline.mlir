@@ -5,19 +5,24 @@
 // RUN: gqa-torch-mlir-opt --pass-pipeline='builtin.module(func.func(canonicalize, convert-onnx-gqa-to-torch, convert-torch-onnx-to-torch))' %s | FileCheck %s --check-prefix=NESTED
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline --torch-backend-to-linalg-on-tensors-backend-pipeline %s | FileCheck %s --check-prefix=LINALG
 // Upstream's own conversion alone does not lower this op: our pass must run first.
+// RUN: gqa-torch-mlir-opt --pass-pipeline='builtin.module(convert-onnx-gqa-to-torch{attention=sdpa}, torch-onnx-to-torch-backend-pipeline)' %s | FileCheck %s --check-prefix=SDPA
 // RUN: not gqa-torch-mlir-opt --convert-torch-onnx-to-torch %s 2>&1 | FileCheck %s --check-prefix=UPSTREAM
 
 // BACKEND-LABEL: func.func @decoder_layer_attention
 // BACKEND-NOT:     torch.operator
 // BACKEND:         torch.aten.scatter.src
-// BACKEND:         torch.aten.scaled_dot_product_attention
+// BACKEND:         torch.aten.matmul
+// BACKEND:         torch.aten.matmul
 // BACKEND:         %[[SUM:.+]] = torch.aten.add.Tensor
 // BACKEND:         return %[[SUM]], %{{.+}}, %{{.+}} : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
 
 // NESTED-LABEL: func.func @decoder_layer_attention
 // NESTED-NOT:     torch.operator
-// NESTED:         torch.aten.scaled_dot_product_attention
+// NESTED:         torch.aten.matmul
 // NESTED:         torch.aten.add.Tensor
+
+// SDPA-LABEL: func.func @decoder_layer_attention
+// SDPA:         torch.aten.scaled_dot_product_attention
 
 // LINALG-LABEL: func.func @decoder_layer_attention
 // LINALG-NOT:     torch.

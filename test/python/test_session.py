@@ -19,6 +19,7 @@ import pytest
 from onnx import numpy_helper
 
 import gqa_torch_mlir
+from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError, RuntimeInvocationError
 from gqa_torch_mlir.testing.gqa_onnx import (
@@ -31,6 +32,10 @@ from gqa_torch_mlir.testing.gqa_onnx import (
 
 FILECHECK = os.path.join(os.path.dirname(sys.executable), "filecheck")
 
+
+# The FileCheck tests of the torch level spell out the SDPA form (the
+# decomposed one has its own lit test, gqa_attention_forms.mlir).
+SDPA = LoweringOptions(attention="sdpa")
 
 def ort_session(model: onnx.ModelProto):
     import onnxruntime as ort
@@ -366,7 +371,7 @@ LEVEL_CHECKS = {
 @pytest.mark.parametrize("output_type", list(LEVEL_CHECKS))
 def test_compile_output_types(output_type: str, tmp_path):
     assert output_type in gqa_torch_mlir.OUTPUT_TYPES
-    module = gqa_torch_mlir.compile(make_model(DECODE), output_type=output_type)
+    module = gqa_torch_mlir.compile(make_model(DECODE), output_type=output_type, options=SDPA)
     text = str(module)
     for prefix, checks in LEVEL_CHECKS[output_type]:
         filecheck(text, checks, prefix, tmp_path)
@@ -392,16 +397,16 @@ DYNAMIC_PACKED_LINALG_CHECKS = """
 
 def test_compile_dynamic_packed_f16(tmp_path):
     model = make_model(DYNAMIC_PACKED)
-    torch_text = str(gqa_torch_mlir.compile(model, output_type="torch"))
+    torch_text = str(gqa_torch_mlir.compile(model, output_type="torch", options=SDPA))
     filecheck(torch_text, DYNAMIC_PACKED_TORCH_CHECKS, "DYN", tmp_path)
     filecheck(torch_text, NO_ONNX_CHECKS, "NOONNX", tmp_path)
-    linalg_text = str(gqa_torch_mlir.compile(model, output_type="linalg-on-tensors"))
+    linalg_text = str(gqa_torch_mlir.compile(model, output_type="linalg-on-tensors", options=SDPA))
     filecheck(linalg_text, DYNAMIC_PACKED_LINALG_CHECKS, "DYNL", tmp_path)
     filecheck(linalg_text, NO_TORCH_CHECKS, "NOTORCH", tmp_path)
 
 
 def test_compile_default_output_type_is_linalg(tmp_path):
-    text = str(gqa_torch_mlir.compile(make_model(DECODE)))
+    text = str(gqa_torch_mlir.compile(make_model(DECODE), options=SDPA))
     filecheck(text, LINALG_CHECKS, "LINALG", tmp_path)
 
 
@@ -409,7 +414,7 @@ def test_compile_accepts_a_path(tmp_path):
     path = tmp_path / "decode.onnx"
     onnx.save(make_model(DECODE), str(path))
     for model in (str(path), path):
-        text = str(gqa_torch_mlir.compile(model, output_type="torch"))
+        text = str(gqa_torch_mlir.compile(model, output_type="torch", options=SDPA))
         filecheck(text, TORCH_CHECKS, "TORCH", tmp_path)
 
 

@@ -74,6 +74,7 @@ from iree.compiler.extras import onnx_importer
 
 from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
 from ..onnx_shapes import infer_shapes_with_contrib_ops
+from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, apply_lowerings
 from ..pipeline import ModelLike, load_model
 from ..repro import repro_command, save_stage_input
@@ -214,7 +215,8 @@ class IreeCpuBackend:
     the model, saved, and named in the repro command.
     """
 
-    def __init__(self, threads: Optional[int] = None, extra_flags: Sequence[str] = ()) -> None:
+    def __init__(self, threads: Optional[int] = None, extra_flags: Sequence[str] = (), options: Optional[LoweringOptions] = None) -> None:
+        self.options = options
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
@@ -232,7 +234,7 @@ class IreeCpuBackend:
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
-            refused = apply_lowerings(module.operation)
+            refused = apply_lowerings(module.operation, options=self.options)
             invalid = None
             if not refused:
                 try:

@@ -108,7 +108,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     key_BHkvTDh, value_BHkvTDh = codec.decode(tb, read_key_BHkvTDc, "key"), codec.decode(tb, read_value_BHkvTDc, "value")
     visible_BST = visible_keys(tb, step, attrs, key_pos)
     bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
-    if needs_scores(attrs, ins) or codec.quantized:
+    if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias)
     else:
         attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias), None

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..errors import GqaTorchMlirError
+from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, add_pass
 from .diagnostics import format_mlir_error
 from .pipeline_text import OURS, PipelineSyntaxError, flatten_pipeline
@@ -105,14 +106,19 @@ def build_pass_manager(opts: Options, context):
     pm = PassManager("builtin.module", context)
     for kind, text in opts.pipeline:
         if kind == OURS:
-            if text not in ("", PASS_ARGUMENT):
-                raise UsageError(f"pass '{PASS_ARGUMENT}' takes no options yet, got '{text}'")
-            add_pass(pm)
+            add_pass(pm, LoweringOptions.parse(_our_options(text)))
         else:
             _add_text(pm, text)
     if opts.print_ir_after_all:
         pm.enable_ir_printing()
     return pm
+
+
+def _our_options(text: str) -> str:
+    """``convert-onnx-gqa-to-torch{a=b}`` or ``{a=b}`` or ``a=b`` -> ``a=b``."""
+    if text.startswith(PASS_ARGUMENT):
+        text = text[len(PASS_ARGUMENT) :]
+    return text.strip().strip("{}").strip()
 
 
 def _add_text(pm, text: str) -> None:

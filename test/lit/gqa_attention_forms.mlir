@@ -1,0 +1,32 @@
+// The two attention forms (pass option attention=decomposed|sdpa). Neither
+// hands a backend K/V repeated to num_heads: decomposed regroups the queries
+// by KV head ([B,H,S,Dh] -> [B,Hkv,G*S,Dh]) and multiplies with K/V as they
+// are; sdpa passes K/V at Hkv heads with enable_gqa.
+// RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %s | FileCheck %s --check-prefix=DECOMPOSED
+// RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline %s | FileCheck %s --check-prefix=BACKEND
+// RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
+
+// B=1, S=1, T=5 cache rows, H=8, Hkv=2 (G=4), Dh=16.
+// DECOMPOSED-LABEL: func.func @decode
+// DECOMPOSED-NOT:     vtensor<[1,8,5,16]
+// DECOMPOSED:         %[[Q_GROUPED:.+]] = torch.aten.flatten.using_ints %{{.+}} : !torch.vtensor<[1,2,4,1,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[1,2,4,16],f32>
+// DECOMPOSED:         %[[K_T:.+]] = torch.aten.transpose.int %{{.+}} : !torch.vtensor<[1,2,5,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[1,2,16,5],f32>
+// DECOMPOSED:         %[[SCORES:.+]] = torch.aten.matmul %[[Q_GROUPED]], %[[K_T]] : !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,16,5],f32> -> !torch.vtensor<[1,2,4,5],f32>
+// DECOMPOSED:         torch.aten.exp
+// DECOMPOSED:         %[[OUT:.+]] = torch.aten.matmul %{{.+}}, %{{.+}} : !torch.vtensor<[1,2,4,5],f32>, !torch.vtensor<[1,2,5,16],f32> -> !torch.vtensor<[1,2,4,16],f32>
+// DECOMPOSED-NOT:     torch.aten.scaled_dot_product_attention
+// DECOMPOSED-NOT:     vtensor<[1,8,5,16]
+// DECOMPOSED:         return
+
+// BACKEND-LABEL: func.func @decode
+// BACKEND-NOT:     vtensor<[1,8,5,16]
+// BACKEND:         torch.aten.matmul {{.+}} -> !torch.vtensor<[1,2,4,5],f32>
+// BACKEND:         torch.aten.matmul {{.+}} -> !torch.vtensor<[1,2,4,16],f32>
+// BACKEND-NOT:     vtensor<[1,8,5,16]
+
+// SDPA-LABEL: func.func @decode
+// SDPA:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>, {{.+}} -> !torch.vtensor<[1,8,1,16],f32>
+func.func @decode(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 8 : si64} : (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
+}
