@@ -525,12 +525,6 @@ class TorchBuilder:
         operands = [t.value, self.int_list(dims), self.bool(True), self.none()]
         return self.tensor_op("torch.aten.mean.dim", operands, shape, t.dtype)
 
-    def amax_dims(self, t: Tensor, dims: Sequence[int]) -> Tensor:
-        """Max over ``dims``, each kept as size 1."""
-        dims = sorted(d % t.rank for d in dims)
-        shape = tuple(1 if i in dims else d for i, d in enumerate(t.shape))
-        return self.tensor_op("torch.aten.amax", [t.value, self.int_list(dims), self.bool(True)], shape, t.dtype)
-
     def lt_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
         """``t < scalar`` (an int or a !torch.int value) as i1."""
         return self.tensor_op("torch.aten.lt.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
@@ -546,12 +540,3 @@ class TorchBuilder:
     def bitwise_right_shift(self, t: Tensor, shift: Tensor) -> Tensor:
         """``t >> shift`` elementwise on integer tensors (broadcast)."""
         return self._binary("torch.aten.bitwise_right_shift.Tensor", t, shift, t.dtype)
-
-    def reshape(self, t: Tensor, sizes: Sequence[Dim]) -> Tensor:
-        """``aten.view``-free reshape to ``sizes`` (static ints, dynamic Dims, or one -1)."""
-        static = [self.static(s) for s in sizes]
-        if -1 in static and all(d is not None for d in t.shape) and None not in static:
-            known = math.prod(s for s in static if s != -1)
-            static = [math.prod(t.shape) // known if s == -1 else s for s in static]
-        shape = tuple(None if s is None or s == -1 else s for s in static)
-        return self.tensor_op("torch.aten.reshape", [t.value, self.int_list(sizes)], shape, t.dtype)

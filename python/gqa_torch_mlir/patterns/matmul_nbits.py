@@ -1,0 +1,161 @@
+"""Lowering of onnxruntime's ``com.microsoft.MatMulNBits`` (block-quantized weight matmul).
+
+Dimension letters (onnxruntime's CPU kernel is the spec):
+  M   the rows of A (all its leading dims)      K   input features (attribute K)
+  N   output features (attribute N)             L   block_size, along K
+  Kb  blocks per column, ceil(K / L)            P   values per byte, 8 / bits
+  Z   zero-point bytes per column, ceil(Kb / P)
+
+    W[n, k] = (q[n, k] - zero_point[n, k // L]) * scale[n, k // L]    (q: bits-bit, low bits first in each byte)
+    Y = A @ W^T (+ bias)
+
+B is [N, Kb, L/P] bytes, scales [N*Kb] (or [N, Kb]), zero points packed like
+B ([N*Z] or [N, Z] bytes) or unpacked in A's type ([N*Kb]); without them the
+zero point is 2^(bits-1).  Everything is computed in f32 (onnxruntime widens
+f16 A and scales) and Y is rounded to A's type.
+
+``accuracy_level`` 4 changes onnxruntime's results: where its CPU kernel
+runs the int8 path (B a constant with bit-packed or no zero points, bits 4
+or 8) A is quantized per block of L values along K to int8 — scale
+max|a| / 127, values round-half-even(a * 127 / max|a|) — before the product.
+The lowering reproduces that quantization; levels 0-3 compute in f32 there.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..binder import OpBinder
+from ..builder import Tensor, TorchBuilder
+from ..registry import Refusal, onnx_op
+
+SUPPORTED_BITS = (4, 8)
+A_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernels (no bf16)
+INT8_ACCURACY_LEVEL = 4
+
+
+@onnx_op("MatMulNBits", domain="com.microsoft", since=1)
+def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
+    K, N, bits, L, level = read_attributes(b)
+    a_MK, packed_NKbB, scales, zero_points, bias_N = read_inputs(b, K, N, bits, L)
+    quantize_a = level == INT8_ACCURACY_LEVEL and b.input_is_constant(1) and (zero_points is None or zero_points.dtype == "ui8")
+    w_NK = dequantize_weight(tb, packed_NKbB, scales, zero_points, K, N, bits, L)
+    a_MK32 = tb.to_dtype(a_MK, "f32")
+    if quantize_a:
+        a_MK32 = int8_block_quantized(tb, a_MK32, K, L)
+    y_MN = tb.matmul(a_MK32, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
+    if bias_N is not None:
+        y_MN = tb.add(y_MN, tb.to_dtype(bias_N, "f32"))  # + [N]
+    return [b.declared_result(tb, 0, tb.to_dtype(y_MN, a_MK.dtype))]
+
+
+def read_attributes(b: OpBinder):
+    K, N = b.attr_int("K"), b.attr_int("N")
+    for name, v in (("K", K), ("N", N)):
+        if v <= 0:
+            raise Refusal(f"value {v} is not supported; supported: > 0", f"attribute '{name}'")
+    bits = b.attr_int("bits", 4)
+    if bits not in SUPPORTED_BITS:
+        raise Refusal(
+            f"value {bits} is not supported; supported: 4, 8 (onnxruntime's CPU compute mode for 2 bits depends on block_size)",
+            "attribute 'bits'",
+        )
+    L = b.attr_int("block_size")
+    if L < 16 or L & (L - 1):
+        raise Refusal(f"value {L} is not supported; supported: a power of 2, >= 16", "attribute 'block_size'")
+    level = b.attr_int("accuracy_level", 0)
+    if not 0 <= level <= 4:
+        raise Refusal(f"value {level} is not supported; supported: 0-4 (4: int8 A as onnxruntime's CPU kernel)", "attribute 'accuracy_level'")
+    prepacked = b.attr_int("weight_prepacked", 0)
+    if prepacked != 0:
+        raise Refusal(f"value {prepacked} is not supported; supported: 0 (raw blockwise weights)", "attribute 'weight_prepacked'")
+    return K, N, bits, L, level
+
+
+def read_inputs(b: OpBinder, K: int, N: int, bits: int, L: int):
+    """A [M..,K], B [N,Kb,L*bits/8], scales, zero points, bias [N]; refuses g_idx."""
+    if b.has_input(4):
+        raise Refusal("is not supported (deprecated act-order index); supported: absent", "input 4 'g_idx'")
+    Kb, P = -(-K // L), 8 // bits
+    a = b.tensor(0, "A", required=True)
+    if a.dtype not in A_DTYPES:
+        raise Refusal(f"type {a.dtype} is not supported; supported: {', '.join(A_DTYPES)}", "input 0 'A'")
+    if a.rank < 2 or a.shape[-1] not in (None, K):
+        raise Refusal(f"shape {list(a.shape)} is not supported; supported: [..., M, K={K}]", "input 0 'A'")
+    packed = b.tensor(1, "B", required=True)
+    expect_shape(packed, [(N, Kb, L // P)], "ui8", "input 1 'B'")
+    scales = b.tensor(2, "scales", required=True)
+    expect_shape(scales, [(N * Kb,), (N, Kb)], a.dtype, "input 2 'scales'")
+    zero_points = b.tensor(3, "zero_points")
+    if zero_points is not None:
+        Z = -(-Kb // P)
+        if zero_points.dtype == "ui8":
+            expect_shape(zero_points, [(N * Z,), (N, Z)], "ui8", "input 3 'zero_points'")
+        else:
+            expect_shape(zero_points, [(N * Kb,), (N, Kb)], a.dtype, "input 3 'zero_points'")
+    bias = b.tensor(5, "bias")
+    if bias is not None:
+        expect_shape(bias, [(N,)], a.dtype, "input 5 'bias'")
+    return a, packed, scales, zero_points, bias
+
+
+def expect_shape(t: Tensor, shapes, dtype: str, subject: str) -> None:
+    """``t`` has type ``dtype`` and one of ``shapes`` (unknown dims match)."""
+    if t.dtype != dtype:
+        raise Refusal(f"type {t.dtype} is not supported; supported: {dtype}", subject)
+    for shape in shapes:
+        if len(shape) == t.rank and all(d is None or d == s for d, s in zip(t.shape, shape)):
+            return
+    listed = " or ".join("[" + ",".join(map(str, s)) + "]" for s in shapes)
+    raise Refusal(f"shape {list(t.shape)} is not supported; supported: {listed}", subject)
+
+
+def unpack_bits(tb: TorchBuilder, packed_XC: Tensor, bits: int) -> Tensor:
+    """Bytes [..., C] -> their bits-bit values, low bits first, as si64 [..., C*8/bits]."""
+    P = 8 // bits
+    bytes_XC1 = tb.unsqueeze(tb.to_dtype(packed_XC, "si64"), -1)  # [..., C] -> [..., C, 1]
+    shifts_P = tb.mul_int_scalar(tb.arange(P), bits)  # [P]: 0, bits, 2*bits, ...
+    values_XCP = tb.bitwise_and_scalar(tb.bitwise_right_shift(bytes_XC1, shifts_P), (1 << bits) - 1)  # [..., C, P]
+    return tb.flatten(values_XCP, packed_XC.rank - 1, packed_XC.rank)  # -> [..., C*P]
+
+
+def per_block(tb: TorchBuilder, t: Tensor, N: int, Kb: int) -> Tensor:
+    """[N*Kb] or [N,Kb] -> [N,Kb,1], as f32."""
+    t_NKb = tb.unflatten(t, 0, [N, Kb]) if t.rank == 1 else t
+    return tb.unsqueeze(tb.to_dtype(t_NKb, "f32"), 2)
+
+
+def dequantize_weight(tb, packed_NKbB, scales, zero_points: Optional[Tensor], K, N, bits, L) -> Tensor:
+    """W [N,K] in f32 from B's blocks, scales and zero points."""
+    Kb = -(-K // L)
+    q_NKbL = tb.to_dtype(unpack_bits(tb, packed_NKbB, bits), "f32")  # [N,Kb,L*bits/8] -> [N,Kb,L]
+    scale_NKb1 = per_block(tb, scales, N, Kb)
+    if zero_points is None:
+        centered_NKbL = tb.add_float(q_NKbL, -float(1 << (bits - 1)))  # q - 2^(bits-1)
+    elif zero_points.dtype == "ui8":
+        zp_NZ = zero_points if zero_points.rank == 2 else tb.unflatten(zero_points, 0, [N, -1])  # [N*Z] -> [N,Z]
+        zp_NKb = tb.slice(unpack_bits(tb, zp_NZ, bits), 1, 0, Kb)  # [N,Z] -> [N,Z*P] -> [N,Kb]
+        centered_NKbL = tb.sub(q_NKbL, per_block(tb, zp_NKb, N, Kb))  # - [N,Kb,1]
+    else:
+        centered_NKbL = tb.sub(q_NKbL, per_block(tb, zero_points, N, Kb))
+    w_NKbL = tb.mul(centered_NKbL, scale_NKb1)
+    w_NKp = tb.flatten(w_NKbL, 1, 2)  # [N,Kb,L] -> [N,Kb*L]
+    return w_NKp if Kb * L == K else tb.slice(w_NKp, 1, 0, K)  # -> [N,K]
+
+
+def int8_block_quantized(tb: TorchBuilder, a_MK: Tensor, K: int, L: int) -> Tensor:
+    """A as onnxruntime's int8 path sees it: per block of L along K, q = round(a * 127/max|a|), a' = q * max|a|/127.
+
+    The last block is zero-padded to L (zeros do not change max|a|);
+    an all-zero block stays zero.
+    """
+    Kb, last = -(-K // L), a_MK.rank - 1
+    a_MKp = a_MK if Kb * L == K else tb.pad_dim_end(a_MK, last, Kb * L - K)  # [M..,K] -> [M..,Kb*L]
+    a_MKbL = tb.unflatten(a_MKp, last, [Kb, L])  # -> [M..,Kb,L]
+    amax_MKb1 = tb.amax(tb.abs(a_MKbL), last + 1)  # -> [M..,Kb,1]
+    scale_MKb1 = tb.div_scalar(amax_MKb1, 127.0)
+    inverse_MKb1 = tb.div(tb.full_like(amax_MKb1, 127.0), amax_MKb1)  # 127 / max|a|, as onnxruntime divides
+    inverse_MKb1 = tb.where_scalar_else(tb.eq_scalar(amax_MKb1, 0.0), 0.0, inverse_MKb1)
+    q_MKbL = tb.round(tb.mul(a_MKbL, inverse_MKb1))  # half to even, as _mm256_round_ps
+    a_MKp = tb.flatten(tb.mul(q_MKbL, scale_MKb1), last, last + 1)  # -> [M..,Kb*L]
+    return a_MKp if Kb * L == K else tb.slice(a_MKp, last, 0, K)  # -> [M..,K]

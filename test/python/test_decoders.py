@@ -1,0 +1,445 @@
+"""End to end: onnxruntime-genai model-builder decoders, compiled unmodified, against onnxruntime.
+
+The fixtures under ``test/fixtures/decoders/<arch>-<precision>/`` are tiny
+random-weight Llama, Qwen2, Qwen3, Phi-3, Mistral and Gemma2 decoders built
+by ``test/fixtures/generate_decoders.py`` (its docstring has the command) for
+fp32/cpu, int4/cpu and fp16/cuda, plus builder variants (``-fullcache``:
+sliding-window layers on full-length caches; ``-qknorm``: Qwen3's q/k norms
+kept outside GroupQueryAttention).  Each is compiled from its ``model.onnx``
+as the builder wrote it and run as a prompt prefill plus 3 decode steps with
+the KV cache fed back (growing caches: past has the previous length;
+window-sized caches of sliding_window_cache layers: fixed capacity W), next
+to onnxruntime's CPU provider.  Logits must agree at every step within the
+precision's tolerance and the greedy tokens must be identical.  The prompt
+is 5 tokens, or 12 where a layer has a window (W = 8), so that the window
+cuts.
+
+The one-node tests check each lowering these graphs needed
+(SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization,
+MatMulNBits, GatherBlockQuantized, Gelu) against onnxruntime, edge cases
+included, and that unsupported attribute values are refused by name.
+
+Models are compiled through the plugin to linalg-on-tensors and run on the
+reference backend at LLVM opt level 0 (the default level 2 spends ~15 s per
+decoder in LLVM; results are the same): one test goes through
+``InferenceSession`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import gqa_torch_mlir
+from gqa_torch_mlir import CompileStageError, InferenceSession
+from gqa_torch_mlir.backends.refbackend import RefBackend
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "decoders"
+DECODERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.onnx").is_file()) if FIXTURES.is_dir() else []
+
+# Builder outputs that onnxruntime's CPU provider cannot run either, and the refusal naming why.
+REFUSED = {
+    "qwen3-fp16": "input 14 'q_norm_weight'",  # q/k RMS norms fused into GroupQueryAttention (CUDA/WebGPU only)
+}
+
+# Max |ours - onnxruntime| on logits.  int4: A is quantized to int8 per block
+# as onnxruntime does, where a value on a rounding edge may land one step off
+# (max|a|/127 on that block); fp16: a few f16 ulps at |logit| ~ 10.
+TOLERANCE = {"fp32": 2e-4, "int4": 2e-2, "fp16": 6e-2}
+SHORT_PROMPT = [5, 17, 42, 99, 150]
+LONG_PROMPT = SHORT_PROMPT + [7, 8, 9, 10, 11, 12, 13]  # longer than the window (8)
+DECODE_STEPS = 3
+
+
+# ---------------------------------------------------------------------------
+# compiling and running
+# ---------------------------------------------------------------------------
+
+
+class CompiledGraph:
+    """A model compiled by the plugin and the reference backend (opt level 0), run by input name."""
+
+    def __init__(self, model) -> None:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=True)
+        initializers = {i.name for i in proto.graph.initializer}
+        self.inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+        self.outputs = [o.name for o in proto.graph.output]
+        module = gqa_torch_mlir.compile(proto, "linalg-on-tensors")
+        self.function = public_function(module)
+        self.compiled = RefBackend(opt_level=0).compile(module)
+
+    def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        args = [feeds[n].view(np.int8) if feeds[n].dtype == np.uint8 else feeds[n] for n in self.inputs]
+        return dict(zip(self.outputs, self.compiled.invoke(self.function, *args)))
+
+
+def public_function(module) -> str:
+    from torch_mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_visibility" not in op.attributes:
+            return ir.StringAttr(op.attributes["sym_name"]).value
+    raise AssertionError("no public function in the compiled module")
+
+
+def onnxruntime_run(model, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    sess = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})))
+
+
+# ---------------------------------------------------------------------------
+# decoders
+# ---------------------------------------------------------------------------
+
+
+class Decoder:
+    """What a generation loop needs from a builder decoder: cache layout per layer and dtype."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = FIXTURES / name / "model.onnx"
+        self.precision = name.rsplit("-", 1)[1]
+        graph = onnx.load(str(self.path), load_external_data=False).graph
+        config = json.loads((FIXTURES / name / "genai_config.json").read_text())["model"]["decoder"]
+        self.layers, self.kv_heads, self.head_size = config["num_hidden_layers"], config["num_key_value_heads"], config["head_size"]
+        past = next(i for i in graph.input if i.name == "past_key_values.0.key")
+        self.kv_dtype = helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type)
+        self.capacity: Dict[int, int] = {}  # layer -> fixed capacity of a window-sized cache
+        self.window = -1
+        for node in graph.node:
+            if node.op_type == "GroupQueryAttention":
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                layer = int(node.input[3].split(".")[1])  # past_key_values.<layer>.key
+                self.window = max(self.window, attrs.get("local_window_size", -1))
+                if attrs.get("sliding_window_cache", 0) == 1:
+                    self.capacity[layer] = attrs["local_window_size"]
+
+    @property
+    def prompt(self) -> List[int]:
+        return LONG_PROMPT if self.window > 0 else SHORT_PROMPT
+
+    def empty_cache(self) -> Dict[str, np.ndarray]:
+        shape = lambda layer: (1, self.kv_heads, self.capacity.get(layer, 0), self.head_size)  # noqa: E731
+        return {f"past_key_values.{l}.{kv}": np.zeros(shape(l), self.kv_dtype) for l in range(self.layers) for kv in ("key", "value")}
+
+    def generate(self, run, tokens: Optional[List[int]] = None):
+        """Prefill + DECODE_STEPS greedy steps; ``tokens`` forces the fed-back tokens. Returns (tokens, logits, presents)."""
+        past, context, new, chosen, logits = self.empty_cache(), list(self.prompt), list(self.prompt), [], []
+        for step in range(DECODE_STEPS + 1):
+            feeds = {"input_ids": np.array([new], np.int64), "attention_mask": np.ones((1, len(context)), np.int64), **past}
+            out = run(feeds)
+            logits.append(out["logits"])
+            past = {k: out[k.replace("past_key_values", "present")] for k in past}
+            token = int(np.argmax(out["logits"][0, -1])) if tokens is None else tokens[step]
+            chosen.append(token)
+            context.append(token)
+            new = [token]
+        return chosen, logits, past
+
+
+def compile_decoder(decoder: Decoder) -> CompiledGraph:
+    return CompiledGraph(decoder.path)
+
+
+@pytest.mark.parametrize("name", [n for n in DECODERS if n not in REFUSED])
+def test_decoder_matches_onnxruntime(name):
+    decoder = Decoder(name)
+    ort_tokens, ort_logits, ort_present = decoder.generate(lambda f: onnxruntime_run(decoder.path, f))
+    compiled = compile_decoder(decoder)
+    tokens, logits, present = decoder.generate(compiled.run, tokens=ort_tokens)
+    tol = TOLERANCE[decoder.precision]
+    for step, (ours, ref) in enumerate(zip(logits, ort_logits)):
+        assert ours.shape == ref.shape, f"step {step}"
+        diff = float(np.abs(ours.astype(np.float32) - ref.astype(np.float32)).max())
+        assert diff <= tol, f"{name} step {step}: logits differ by {diff} > {tol}"
+        assert int(np.argmax(ours[0, -1])) == ort_tokens[step], f"{name} step {step}: greedy token differs"
+    assert {k: v.shape for k, v in present.items()} == {k: v.shape for k, v in ort_present.items()}
+
+
+@pytest.mark.parametrize("name", [n for n in DECODERS if n in REFUSED])
+def test_decoder_refused_like_onnxruntime(name):
+    decoder = Decoder(name)
+    with pytest.raises(Exception, match="not supported"):
+        onnxruntime_run(decoder.path, {"input_ids": np.array([SHORT_PROMPT], np.int64), "attention_mask": np.ones((1, 5), np.int64), **decoder.empty_cache()})
+    with pytest.raises(CompileStageError, match=REFUSED[name]):
+        gqa_torch_mlir.compile(str(decoder.path), "torch")
+
+
+def test_inference_session_runs_a_decoder():
+    """InferenceSession(path) itself (default backend settings) on one decoder: prefill and decode steps."""
+    decoder = Decoder("qwen2-fp32")
+    sess = InferenceSession(str(decoder.path))
+    assert [i.name for i in sess.get_inputs()][:2] == ["input_ids", "attention_mask"]
+
+    def run(feeds):
+        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+    ort_tokens, ort_logits, _ = decoder.generate(lambda f: onnxruntime_run(decoder.path, f))
+    tokens, logits, _ = decoder.generate(run, tokens=ort_tokens)
+    for ours, ref in zip(logits, ort_logits):
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"])
+
+
+# ---------------------------------------------------------------------------
+# one-node models
+# ---------------------------------------------------------------------------
+
+RNG_SEED = 20261129
+
+
+def node_model(op, inputs, outputs, attrs=None, domain="", initializers=(), opset=21):
+    """One ``op`` node. inputs: (name, dtype, shape) or None for an absent slot (or an initializer's name as a str);
+    outputs: (name, dtype, shape) or None for an unnamed slot."""
+    names, graph_inputs = [], []
+    for i in inputs:
+        if i is None:
+            names.append("")
+        elif isinstance(i, str):
+            names.append(i)
+        else:
+            names.append(i[0])
+            graph_inputs.append(helper.make_tensor_value_info(i[0], helper.np_dtype_to_tensor_dtype(np.dtype(i[1])), i[2]))
+    out_names = [o[0] if o else "" for o in outputs]
+    graph_outputs = [helper.make_tensor_value_info(o[0], helper.np_dtype_to_tensor_dtype(np.dtype(o[1])), o[2]) for o in outputs if o]
+    node = helper.make_node(op, names, out_names, domain=domain, **(attrs or {}))
+    graph = helper.make_graph([node], op, graph_inputs, graph_outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+
+
+def concrete(shape, sizes={"b": 2, "s": 3}):  # noqa: B006
+    return [sizes.get(d, d) if isinstance(d, str) else d for d in shape]
+
+
+def assert_matches_onnxruntime(model, feeds, atol, rtol=0.0):
+    ref = onnxruntime_run(model, feeds)
+    ours = CompiledGraph(model).run(feeds)
+    assert set(ours) == set(ref)
+    for name in ref:
+        assert ours[name].shape == ref[name].shape, name
+        assert ours[name].dtype == ref[name].dtype, name
+        np.testing.assert_allclose(ours[name].astype(np.float64), ref[name].astype(np.float64), rtol=rtol, atol=atol, err_msg=name)
+
+
+def assert_refused(model, *fragments):
+    with pytest.raises(CompileStageError) as info:
+        gqa_torch_mlir.compile(model, "torch")
+    for fragment in fragments:
+        assert fragment in str(info.value), str(info.value)
+
+
+# -- SimplifiedLayerNormalization --------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_simplified_layer_norm(dtype, axis):
+    rng = np.random.default_rng(RNG_SEED)
+    x_shape = ["b", "s", 64] if axis == -1 else ["b", 4, 16]
+    scale_shape = x_shape[axis:]
+    stat_shape = x_shape[: axis % 3] + [1] * (3 - axis % 3)
+    model = node_model(
+        "SimplifiedLayerNormalization",
+        [("X", dtype, x_shape), ("scale", dtype, scale_shape)],
+        [("Y", dtype, x_shape), ("inv_std_var", np.float32, stat_shape)],
+        dict(epsilon=1e-6, axis=axis, stash_type=1),
+    )
+    feeds = {"X": rng.standard_normal(concrete(x_shape)).astype(dtype), "scale": rng.standard_normal(scale_shape).astype(dtype)}
+    assert_matches_onnxruntime(model, feeds, atol=1e-5 if dtype != np.float16 else 2e-3)
+
+
+def test_simplified_layer_norm_refusals():
+    x, s = ("X", np.float32, ["b", 8]), ("scale", np.float32, [8])
+    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(stash_type=0)), "attribute 'stash_type'")
+    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(axis=2)), "attribute 'axis'")
+    mixed = node_model("SimplifiedLayerNormalization", [x, ("scale", np.float16, [8])], [("Y", np.float16, ["b", 8])])
+    assert_refused(mixed, "input 1 'scale'", "differs from X's f32")
+
+
+# -- SkipSimplifiedLayerNormalization -----------------------------------------------
+
+SKIP_CASES = {
+    # name: (input shape, skip shape, bias, outputs: y, mean, inv_std_var, sum)
+    "sum-only": (["b", "s", 64], ["b", "s", 64], False, "y,,,sum"),
+    "all-outputs-bias": (["b", "s", 64], ["b", "s", 64], True, "y,mean,inv,sum"),
+    "skip-SD": (["b", "s", 64], ["s", 64], False, "y"),
+    "skip-1SD": (["b", 3, 64], [1, 3, 64], True, "y,,,sum"),
+    "rank2": ([5, 64], [5, 64], True, "y,,inv,"),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", sorted(SKIP_CASES))
+def test_skip_simplified_layer_norm(case, dtype):
+    rng = np.random.default_rng(RNG_SEED)
+    x_shape, skip_shape, bias, outs = SKIP_CASES[case]
+    stat = x_shape[:-1] + [1]
+    spec = {"y": (dtype, x_shape), "mean": (np.float32, stat), "inv": (np.float32, stat), "sum": (dtype, x_shape)}
+    inputs = [("input", dtype, x_shape), ("skip", dtype, skip_shape), ("gamma", dtype, [64])] + ([("bias", dtype, [64])] if bias else [])
+    outputs = [(n, *spec[n]) if n else None for n in outs.split(",")]
+    model = node_model("SkipSimplifiedLayerNormalization", inputs, outputs, dict(epsilon=1e-6), domain="com.microsoft")
+    feeds = {n: rng.standard_normal(concrete(s)).astype(d) for n, d, s in inputs}
+    assert_matches_onnxruntime(model, feeds, atol=1e-5 if dtype == np.float32 else 2e-3)
+
+
+def test_skip_simplified_layer_norm_refusals():
+    d = np.float32
+    base = [("input", d, ["b", "s", 8]), ("skip", d, ["b", "s", 8]), ("gamma", d, [8])]
+    assert_refused(node_model("SkipSimplifiedLayerNormalization", base + [("bias", d, [8]), ("extra", d, [8])], [("y", d, ["b", "s", 8])], domain="com.microsoft"), "input 4")
+    rank4 = [("input", d, [1, 2, 3, 8]), ("skip", d, [1, 2, 3, 8]), ("gamma", d, [8])]
+    assert_refused(node_model("SkipSimplifiedLayerNormalization", rank4, [("y", d, [1, 2, 3, 8])], domain="com.microsoft"), "input 0 'input'", "rank 4")
+    bad_skip = [base[0], ("skip", d, [8]), base[2]]
+    assert_refused(node_model("SkipSimplifiedLayerNormalization", bad_skip, [("y", d, ["b", "s", 8])], domain="com.microsoft"), "input 1 'skip'")
+
+
+# -- MatMulNBits ----------------------------------------------------------------------
+
+
+def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """[..., n] values < 2^bits -> [..., n*bits/8] bytes, low bits first."""
+    per = 8 // bits
+    out = np.zeros(values.shape[:-1] + (values.shape[-1] // per,), np.uint8)
+    for j in range(per):
+        out |= (values[..., j::per].astype(np.uint8) << (bits * j)).astype(np.uint8)
+    return out
+
+
+def matmul_nbits_model(rng, K, N, block, bits=4, level=4, zero_points=None, dtype=np.float32, bias=False, b_input=False, a_shape=("b", "s"), **extra):
+    Kb, per = -(-K // block), 8 // bits
+    B = pack_bits(rng.integers(0, 2**bits, size=(N, Kb, block)), bits)
+    scales = (rng.random(N * Kb) * 0.1 + 0.01).astype(dtype)
+    initializers = [numpy_helper.from_array(scales, "scales")]
+    inputs = [("A", dtype, list(a_shape) + [K]), ("B", np.uint8, list(B.shape)) if b_input else "B", "scales"]
+    feeds = {"A": rng.standard_normal(concrete(list(a_shape) + [K])).astype(dtype)}
+    if b_input:
+        feeds["B"] = B
+    else:
+        initializers.append(numpy_helper.from_array(B, "B"))
+    if zero_points == "packed":
+        Z = -(-Kb // per)
+        zp = np.zeros((N, Z * per), np.uint8)
+        zp[:, :Kb] = rng.integers(0, 2**bits, size=(N, Kb))
+        initializers.append(numpy_helper.from_array(pack_bits(zp, bits).reshape(-1), "zero_points"))
+        inputs.append("zero_points")
+    elif zero_points == "float":
+        initializers.append(numpy_helper.from_array((rng.random(N * Kb) * 2**bits).astype(dtype), "zero_points"))
+        inputs.append("zero_points")
+    if bias:
+        inputs += [None] * (5 - len(inputs)) + ["bias"]
+        initializers.append(numpy_helper.from_array(rng.standard_normal(N).astype(dtype), "bias"))
+    attrs = dict(K=K, N=N, bits=bits, block_size=block, accuracy_level=level, **extra)
+    model = node_model("MatMulNBits", inputs, [("Y", dtype, list(a_shape) + [N])], attrs, domain="com.microsoft", initializers=initializers)
+    return model, feeds
+
+
+MATMUL_NBITS_CASES = {
+    # name: keyword arguments of matmul_nbits_model
+    "int8-A": dict(K=64, N=128, block=32),
+    "fp32-A": dict(K=64, N=128, block=32, level=0),
+    "zero-points-packed-odd-blocks": dict(K=80, N=24, block=32, zero_points="packed"),
+    "zero-points-float": dict(K=80, N=24, block=32, zero_points="float"),
+    "K-not-multiple-of-block": dict(K=75, N=24, block=16, zero_points="packed"),
+    "bias-block16": dict(K=80, N=24, block=16, zero_points="packed", level=0, bias=True),
+    "8-bit": dict(K=96, N=40, block=32, bits=8),
+    "8-bit-zero-points": dict(K=96, N=40, block=64, bits=8, zero_points="packed", bias=True),
+    "f16": dict(K=64, N=128, block=32, dtype=np.float16),
+    "f16-fp32-A-bias": dict(K=64, N=128, block=32, dtype=np.float16, level=0, zero_points="packed", bias=True),
+    "B-graph-input": dict(K=64, N=48, block=32, b_input=True),  # onnxruntime's int8 path needs a constant B
+    "rank2-static-A-block128": dict(K=300, N=20, block=128, a_shape=(5,)),
+    "rank4-A": dict(K=64, N=211, block=64, a_shape=("b", "s", 4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATMUL_NBITS_CASES))
+def test_matmul_nbits(case):
+    kwargs = MATMUL_NBITS_CASES[case]
+    model, feeds = matmul_nbits_model(np.random.default_rng(RNG_SEED), **kwargs)
+    f16 = kwargs.get("dtype") == np.float16
+    bits8 = kwargs.get("bits") == 8
+    assert_matches_onnxruntime(model, feeds, atol=2e-2 if f16 else 2e-4 if bits8 else 2e-5)
+
+
+def test_matmul_nbits_refusals():
+    rng = np.random.default_rng(RNG_SEED)
+    assert_refused(matmul_nbits_model(rng, 64, 8, 32, bits=2)[0], "attribute 'bits'", "value 2")
+    assert_refused(matmul_nbits_model(rng, 64, 8, 32, weight_prepacked=1)[0], "attribute 'weight_prepacked'")
+    assert_refused(matmul_nbits_model(rng, 64, 8, 32, level=5)[0], "attribute 'accuracy_level'")
+    assert_refused(matmul_nbits_model(rng, 64, 8, 24)[0], "attribute 'block_size'")
+    model, _ = matmul_nbits_model(rng, 64, 8, 32)
+    g_idx = numpy_helper.from_array(np.arange(64, dtype=np.int32) // 32, "g_idx")
+    model.graph.initializer.append(g_idx)
+    model.graph.node[0].input.extend(["", "g_idx"])
+    assert_refused(model, "input 4 'g_idx'")
+
+
+# -- GatherBlockQuantized ---------------------------------------------------------------
+
+
+def gather_block_quantized_model(rng, V, D, block, bits=4, zero_points=False, scale_dtype=np.float32, index_dtype=np.int64, index_shape=("b", "s"), **extra):
+    per, Db = 8 // bits, -(-D // block)
+    data = pack_bits(rng.integers(0, 2**bits, size=(V, D)), bits)
+    scales = (rng.random((V, Db)) * 0.1 + 0.01).astype(scale_dtype)
+    initializers = [numpy_helper.from_array(data, "data"), numpy_helper.from_array(scales, "scales")]
+    inputs = ["data", ("indices", index_dtype, list(index_shape)), "scales"]
+    if zero_points:
+        Z = -(-Db // per)
+        zp = np.zeros((V, Z * per), np.uint8)
+        zp[:, :Db] = rng.integers(0, 2**bits, size=(V, Db))
+        initializers.append(numpy_helper.from_array(pack_bits(zp, bits), "zero_points"))
+        inputs.append("zero_points")
+    attrs = {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1, **extra}
+    outputs = [("Y", scale_dtype, list(index_shape) + [D])]
+    return node_model("GatherBlockQuantized", inputs, outputs, attrs, domain="com.microsoft", initializers=initializers)
+
+
+GATHER_CASES = {
+    # name: (model keyword arguments, indices)
+    "4-bit": (dict(V=211, D=64, block=32), None),
+    "4-bit-zero-points-int32": (dict(V=50, D=80, block=32, zero_points=True, index_dtype=np.int32), None),
+    "8-bit-zero-points-f16": (dict(V=50, D=64, block=16, bits=8, zero_points=True, scale_dtype=np.float16), None),
+    "negative-and-out-of-range": (dict(V=50, D=64, block=16, index_shape=(4,)), [0, -1, 50, -51]),
+    "D-not-multiple-of-block": (dict(V=50, D=96, block=64, index_shape=("n",)), [3, 7, 49]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GATHER_CASES))
+def test_gather_block_quantized(case):
+    rng = np.random.default_rng(RNG_SEED)
+    kwargs, indices = GATHER_CASES[case]
+    model = gather_block_quantized_model(rng, **kwargs)
+    V, shape = kwargs["V"], concrete(list(kwargs.get("index_shape", ("b", "s"))))
+    indices = rng.integers(-V, V, size=shape) if indices is None else np.array(indices)
+    assert_matches_onnxruntime(model, {"indices": indices.astype(kwargs.get("index_dtype", np.int64))}, atol=0.0)
+
+
+def test_gather_block_quantized_refusals():
+    rng = np.random.default_rng(RNG_SEED)
+    assert_refused(gather_block_quantized_model(rng, 8, 32, 16, bits=2), "attribute 'bits'")
+    assert_refused(gather_block_quantized_model(rng, 8, 32, 16, gather_axis=1), "attribute 'gather_axis'")
+    assert_refused(gather_block_quantized_model(rng, 8, 32, 16, quantize_axis=0), "attribute 'quantize_axis'")
+
+
+# -- Gelu -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_gelu(approximate, dtype):
+    x = np.linspace(-6, 6, 2001).astype(dtype).reshape(1, -1)
+    model = node_model("Gelu", [("X", dtype, [1, "n"])], [("Y", dtype, [1, "n"])], dict(approximate=approximate), opset=20)
+    assert_matches_onnxruntime(model, {"X": x}, atol=2e-6 if dtype == np.float32 else 1e-3)
+
+
+def test_gelu_refusal():
+    model = node_model("Gelu", [("X", np.float32, [4])], [("Y", np.float32, [4])], dict(approximate="fast"), opset=20)
+    assert_refused(model, "attribute 'approximate'")
