@@ -80,7 +80,7 @@ class Step:
 @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)
-    ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)))
+    ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)
     step = step_positions(tb, ins)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
     if attrs.do_rotary:
@@ -137,12 +137,23 @@ _BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0,
 _SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1}
 
 
-def unify_dims(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
-    """Give B and S their static size in every input when any input knows it.
+def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInputs:
+    """Give B and S their static size in every input when any input knows it,
+    and the head dims of key, value and the caches theirs.
 
     Mixed static and dynamic batch dims are legal ONNX, but torch-mlir's
-    attention lowering rejects operands whose batch dims disagree that way.
+    attention lowering rejects operands whose batch dims disagree that way;
+    exporters also declare the cache's head size symbolic (onnxruntime-genai's
+    ``kv_cache_dim``), which the attributes and the query fix.
     """
+    Dh, Hkv = ins.head_size, attrs.kv_num_heads
+    Dc = Dh // 2 if attrs.kv_bits == 4 else Dh
+    for name in ("past_key", "past_value"):
+        if getattr(ins, name) is not None:
+            setattr(ins, name, tb.refine(getattr(ins, name), {1: Hkv, 3: Dc}))
+    for name in ("key", "value"):
+        if getattr(ins, name) is not None:
+            setattr(ins, name, tb.refine(getattr(ins, name), {2: Hkv * Dh}))
     for what, dims in (("batch", _BATCH_DIMS), ("sequence", _SEQ_DIMS)):
         given = {n: getattr(ins, n).shape[d] for n, d in dims.items() if getattr(ins, n) is not None}
         known = set(given.values()) - {None}
