@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import onnx
 
@@ -69,21 +69,32 @@ def import_onnx(model: ModelLike, context=None):
     return module
 
 
-def compile(model: ModelLike, output_type: str = "linalg-on-tensors", context=None, options: Optional[LoweringOptions] = None):
+def compile(
+    model: ModelLike,
+    output_type: str = "linalg-on-tensors",
+    context=None,
+    options: Optional[LoweringOptions] = None,
+    progress: Optional[Callable[[str], None]] = None,
+):
     """Import ``model`` and lower it to ``output_type`` (one of :data:`OUTPUT_TYPES`).
 
-    ``options`` are the plugin pass's (e.g. ``LoweringOptions(attention="sdpa")``).
+    ``options`` are the plugin pass's (e.g. ``LoweringOptions(attention="sdpa")``);
+    ``progress(stage)`` is called as each stage starts.
     """
     if output_type not in OUTPUT_TYPES:
         raise GqaTorchMlirError(f"output_type '{output_type}' is not one of {', '.join(OUTPUT_TYPES)}")
+    if progress:
+        progress("import")
     module = import_onnx(model, context)
-    lower(module, output_type, options)
+    lower(module, output_type, options, progress)
     return module
 
 
-def lower(module, output_type: str, options: Optional[LoweringOptions] = None) -> None:
+def lower(module, output_type: str, options: Optional[LoweringOptions] = None, progress=None) -> None:
     """Run the stages on an imported module, in place, up to ``output_type``."""
     for stage, pipeline, completes in STAGES:
+        if progress:
+            progress(stage)
         run_stage(module, stage, pipeline, options)
         if completes == output_type:
             return

@@ -27,7 +27,6 @@ decoder in LLVM; results are the same): one test goes through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -38,6 +37,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import gqa_torch_mlir
+from gqa_torch_mlir.testing.decoder import Decoder as GenerationDecoder
 from gqa_torch_mlir import CompileStageError, InferenceSession
 from gqa_torch_mlir.backends.refbackend import RefBackend
 
@@ -103,49 +103,20 @@ def onnxruntime_run(model, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray
 # ---------------------------------------------------------------------------
 
 
-class Decoder:
-    """What a generation loop needs from a builder decoder: cache layout per layer and dtype."""
+class Decoder(GenerationDecoder):
+    """A fixture of test/fixtures/decoders, generating with the test's prompt and steps."""
 
     def __init__(self, name: str) -> None:
+        super().__init__(FIXTURES / name)
         self.name = name
-        self.path = FIXTURES / name / "model.onnx"
         self.precision = name.rsplit("-", 1)[1]
-        graph = onnx.load(str(self.path), load_external_data=False).graph
-        config = json.loads((FIXTURES / name / "genai_config.json").read_text())["model"]["decoder"]
-        self.layers, self.kv_heads, self.head_size = config["num_hidden_layers"], config["num_key_value_heads"], config["head_size"]
-        past = next(i for i in graph.input if i.name == "past_key_values.0.key")
-        self.kv_dtype = helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type)
-        self.capacity: Dict[int, int] = {}  # layer -> fixed capacity of a window-sized cache
-        self.window = -1
-        for node in graph.node:
-            if node.op_type == "GroupQueryAttention":
-                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-                layer = int(node.input[3].split(".")[1])  # past_key_values.<layer>.key
-                self.window = max(self.window, attrs.get("local_window_size", -1))
-                if attrs.get("sliding_window_cache", 0) == 1:
-                    self.capacity[layer] = attrs["local_window_size"]
 
     @property
     def prompt(self) -> List[int]:
         return LONG_PROMPT if self.window > 0 else SHORT_PROMPT
 
-    def empty_cache(self) -> Dict[str, np.ndarray]:
-        shape = lambda layer: (1, self.kv_heads, self.capacity.get(layer, 0), self.head_size)  # noqa: E731
-        return {f"past_key_values.{l}.{kv}": np.zeros(shape(l), self.kv_dtype) for l in range(self.layers) for kv in ("key", "value")}
-
     def generate(self, run, tokens: Optional[List[int]] = None):
-        """Prefill + DECODE_STEPS greedy steps; ``tokens`` forces the fed-back tokens. Returns (tokens, logits, presents)."""
-        past, context, new, chosen, logits = self.empty_cache(), list(self.prompt), list(self.prompt), [], []
-        for step in range(DECODE_STEPS + 1):
-            feeds = {"input_ids": np.array([new], np.int64), "attention_mask": np.ones((1, len(context)), np.int64), **past}
-            out = run(feeds)
-            logits.append(out["logits"])
-            past = {k: out[k.replace("past_key_values", "present")] for k in past}
-            token = int(np.argmax(out["logits"][0, -1])) if tokens is None else tokens[step]
-            chosen.append(token)
-            context.append(token)
-            new = [token]
-        return chosen, logits, past
+        return super().generate(run, self.prompt, DECODE_STEPS, tokens)
 
 
 def compile_decoder(decoder: Decoder) -> CompiledGraph:
@@ -443,3 +414,17 @@ def test_gelu(approximate, dtype):
 def test_gelu_refusal():
     model = node_model("Gelu", [("X", np.float32, [4])], [("Y", np.float32, [4])], dict(approximate="fast"), opset=20)
     assert_refused(model, "attribute 'approximate'")
+
+
+def test_generate_command_matches_onnxruntime():
+    """The main job: `gqa-torch-mlir generate` on the embedded decoder, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    tool = os.path.join(os.path.dirname(sys.executable), "gqa-torch-mlir")
+    run = subprocess.run([tool, "generate", "--steps", "3"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "RESULT: identical greedy tokens" in run.stdout
+    assert "compiling: convert-onnx-gqa-to-torch" in run.stderr
+    assert "Traceback" not in run.stdout + run.stderr

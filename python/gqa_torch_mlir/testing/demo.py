@@ -114,3 +114,69 @@ def _maxdiff(got, want, name) -> float:
     if g.shape != w.shape:
         return float("inf")
     return float(np.max(np.abs(g - w))) if g.size else 0.0
+
+
+DEFAULT_PROMPT = [5, 17, 42, 99, 150, 7, 8, 9, 10, 11, 12, 13]  # longer than the embedded model's window (8)
+
+
+def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
+    """Greedy generation with a builder decoder on the refbackend next to onnxruntime; True when the tokens agree."""
+    import sys
+
+    import onnx
+
+    from ..backends.refbackend import RefBackend
+    from ..pipeline import compile as compile_model
+    from ..session import _main_function_name
+    from .decoder import EMBEDDED_DECODER, Decoder
+    from .gqa_onnx import run_onnxruntime
+
+    directory = args.model or EMBEDDED_DECODER
+    decoder = Decoder(directory)
+    proto = onnx.load(str(decoder.path), load_external_data=True)
+    print_fn(f"decoder: {directory} ({decoder.layers} layers, {decoder.kv_heads} kv heads, head size {decoder.head_size}, window {decoder.window})")
+    t0 = time.perf_counter()
+    stages = []
+
+    def progress(stage):
+        stages.append(stage)
+        print(f"  compiling: {stage} ...", file=sys.stderr, flush=True)
+
+    module = compile_model(proto, "linalg-on-tensors", progress=progress)
+    progress("refbackend (LLVM JIT)")
+    compiled, function = RefBackend().compile(module), _main_function_name(module)
+    compile_s = time.perf_counter() - t0
+    print_fn(f"compiled with convert-onnx-gqa-to-torch through torch-mlir to the refbackend in {compile_s:.2f} s")
+    initializers = {i.name for i in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+    outputs = [o.name for o in proto.graph.output]
+    timing = {"ours": 0.0, "onnxruntime": 0.0}
+
+    def ours(feeds):
+        t = time.perf_counter()
+        result = dict(zip(outputs, compiled.invoke(function, *[feeds[n] for n in inputs])))
+        timing["ours"] += time.perf_counter() - t
+        return result
+
+    def theirs(feeds):
+        t = time.perf_counter()
+        result = run_onnxruntime(proto, feeds)
+        timing["onnxruntime"] += time.perf_counter() - t
+        return result
+
+    prompt = args.prompt or DEFAULT_PROMPT
+    print_fn(f"prompt: {prompt}")
+    ort_tokens, ort_logits, _ = decoder.generate(theirs, prompt, args.steps)
+    our_tokens, our_logits, _ = decoder.generate(ours, prompt, args.steps, on_step=lambda i, tok, _: print_fn(f"  step {i}: token {tok}"))
+    worst = max(float(np.max(np.abs(a.astype(np.float32) - b.astype(np.float32)))) for a, b in zip(our_logits, ort_logits))
+    steps = args.steps + 1
+    print_fn(f"tokens (refbackend):  {our_tokens}")
+    print_fn(f"tokens (onnxruntime): {ort_tokens}")
+    print_fn(f"largest logits difference: {worst:.2e}")
+    print_fn(
+        f"time per token: refbackend {1e3 * timing['ours'] / steps:.2f} ms, "
+        f"onnxruntime {1e3 * timing['onnxruntime'] / steps:.2f} ms (onnxruntime's includes session creation)"
+    )
+    same = our_tokens == ort_tokens
+    print_fn("RESULT: " + ("identical greedy tokens" if same else "tokens DIFFER from onnxruntime"))
+    return same

@@ -1,5 +1,8 @@
 """``gqa-torch-mlir``: the user-facing command.
 
+  gqa-torch-mlir generate [options] greedy generation with an embedded tiny decoder
+                                    (onnxruntime-genai builder graph) on the refbackend,
+                                    next to onnxruntime
   gqa-torch-mlir demo [options]     build a small GQA model in code, compile it with
                                     the plugin, run prefill + decode steps on the
                                     refbackend next to onnxruntime, print the comparison
@@ -32,9 +35,17 @@ def _demo_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="greedy generation with a tiny decoder, next to onnxruntime")
+    p.add_argument("--model", help="an onnxruntime-genai builder output directory (default: the embedded tiny Mistral, sliding window 8)")
+    p.add_argument("--steps", type=int, default=8, help="decode steps after the prefill")
+    p.add_argument("--prompt", type=int, nargs="*", help="prompt token ids")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gqa-torch-mlir", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    _generate_parser(sub)
     _demo_parser(sub)
     c = sub.add_parser("compile", help="import an ONNX model and lower it with the plugin")
     c.add_argument("model")
@@ -62,10 +73,16 @@ def cmd_demo(args) -> int:
     return 0 if run_demo(args, print_fn=print) else 1
 
 
+def cmd_generate(args) -> int:
+    from ..testing.demo import run_generate
+
+    return 0 if run_generate(args, print_fn=print) else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile, "demo": cmd_demo}[args.command](args)
+        return {"compile": cmd_compile, "demo": cmd_demo, "generate": cmd_generate}[args.command](args)
     except GqaTorchMlirError as e:
         print(f"gqa-torch-mlir: error: {e}", file=sys.stderr)
         return 1
