@@ -54,11 +54,27 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     return proto
 
 
+def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Add an opset_import for node domains the model does not declare.
+
+    onnxruntime runs such a model with the domain's latest version (1 for
+    com.microsoft); torch-mlir's importer fails on it.
+    """
+    declared = {o.domain for o in proto.opset_import}
+    missing = sorted({n.domain for n in proto.graph.node} - declared - {"ai.onnx"})
+    if not missing:
+        return proto
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    fixed.opset_import.extend(onnx.helper.make_opsetid(domain, 1) for domain in missing)
+    return fixed
+
+
 def import_onnx(model: ModelLike, context=None):
     """Import into a torch-dialect module with ``torch.operator "onnx.*"`` ops."""
     from torch_mlir.extras import onnx_importer
 
-    proto = infer_shapes_with_contrib_ops(load_model(model))
+    proto = with_node_domains_imported(infer_shapes_with_contrib_ops(load_model(model)))
     context = context or make_context()
     try:
         info = onnx_importer.ModelInfo(proto)

@@ -384,7 +384,7 @@ DYNAMIC_PACKED_TORCH_CHECKS = """
     DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int0, %int64, %int1 : {{.+}} -> !torch.vtensor<[?,?,64],f16>
     DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int64, %int96, %int1 : {{.+}} -> !torch.vtensor<[?,?,32],f16>
     DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int96, %int128, %int1 : {{.+}} -> !torch.vtensor<[?,?,32],f16>
-    DYN:       torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[?,4,?,16],f16>, !torch.vtensor<[?,2,?,16],f16>, !torch.vtensor<[?,2,?,16],f16>, !torch.vtensor<[?,1,?,?],f16>, {{.+}} -> !torch.vtensor<[?,4,?,16],f16>
+    DYN:       torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,1,?,?],f32>, {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
     DYN:       return {{.+}} : !torch.vtensor<[?,?,64],f16>, !torch.vtensor<[?,2,?,16],f16>, !torch.vtensor<[?,2,?,16],f16>
 """
 

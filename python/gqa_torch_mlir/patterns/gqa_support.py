@@ -214,14 +214,59 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     _check_rank(query, 0, 3)
     if query.dtype not in ("f32", "f16"):
         raise Refusal(f"element type {query.dtype} is not supported; supported: f32, f16 (onnxruntime's CPU kernel)", _input_subject(0))
+    _check_not_empty(query)
     head_size = _head_size(t, attrs)
     _check_kv_and_cache(t, attrs, head_size, query.dtype)
     _check_lengths(t)
     _check_rotary(t, attrs, head_size, query.dtype)
     _check_extras(t, attrs, query.dtype)
+    _check_batch_sized(t)
+    _check_bias_columns(b, t)
     fields = dict(t)
     fields["head_size"] = head_size
     return fields
+
+
+def _check_not_empty(query):
+    B, S = query.shape[0], query.shape[1]
+    if B == 0:
+        raise Refusal("dimension 0 (batch size) is 0; an empty batch is not supported (onnxruntime crashes on it)", _input_subject(0))
+    if S == 0:
+        raise Refusal("dimension 1 (sequence length) is 0; onnxruntime rejects an empty sequence", _input_subject(0))
+
+
+def _check_batch_sized(t: dict):
+    """seqlens_k has B elements ([B], [B,1] or [1,B]); attention_bias [B|1, H|1, S, total]."""
+    B, S = t["query"].shape[0], t["query"].shape[1]
+    seqlens = t["seqlens_k"]
+    if B is not None and None not in seqlens.shape and math.prod(seqlens.shape) != B:
+        raise Refusal(f"shape {_fmt(seqlens.shape)} must hold one entry per batch row (batch size {B})", _input_subject(5))
+    bias = t["attention_bias"]
+    if bias is None:
+        return
+    if bias.shape[0] not in (1, None) and B is not None and bias.shape[0] != B:
+        raise Refusal(f"dimension 0 ({bias.shape[0]}) must be 1 or the batch size ({B})", _input_subject(10))
+    if bias.shape[2] is not None and S is not None and bias.shape[2] != S:
+        raise Refusal(f"dimension 2 ({bias.shape[2]}) must be the sequence length ({S})", _input_subject(10))
+
+
+def _check_bias_columns(b: OpBinder, t: dict):
+    """attention_bias's last dim is total_sequence_length: P + S for a growing cache,
+    at most P for a fixed-capacity one (the declared present rows tell which)."""
+    bias, past = t["attention_bias"], t["past_key"]
+    if bias is None or past is None or b.num_results < 2:
+        return
+    from ..builder import parse_vtensor_type
+
+    declared = parse_vtensor_type(b.result_type_text(1))
+    P, S, cols = past.shape[2], t["query"].shape[1], bias.shape[3]
+    if declared is None or None in (P, S, cols, declared[0][2]):
+        return  # checked at run time against total_sequence_length
+    T = declared[0][2]
+    if T == P + S and S > 0 and cols != T:
+        raise Refusal(f"dimension 3 ({cols}) must be total_sequence_length, which a growing cache of {P} + {S} rows makes {T}", _input_subject(10))
+    if cols > T:
+        raise Refusal(f"dimension 3 ({cols}) must be total_sequence_length, at most the {T} cache rows", _input_subject(10))
 
 
 def _check_outputs(b: OpBinder, attrs: GqaAttributes):
@@ -279,6 +324,9 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
         _check_dim(cache, slot, 3, cache_width, "head_size" if cache_width == Dh else "head_size / 2 (4-bit cache)")
         if cache.dtype != cache_dtype:
             raise Refusal(f"element type {cache.dtype} must be {cache_dtype} for this cache (kv_cache_bit_width {attrs.kv_bits})", _input_subject(slot))
+    pk, pv = t["past_key"], t["past_value"]
+    if pk is not None and pk.shape[2] is not None and pv.shape[2] is not None and pk.shape[2] != pv.shape[2]:
+        raise Refusal(f"dimension 2 ({pv.shape[2]}) must equal past_key's ({pk.shape[2]})", _input_subject(4))
     _check_scales(t, attrs, Dh)
 
 

@@ -154,7 +154,11 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
     for name in ("key", "value"):
         if getattr(ins, name) is not None:
             setattr(ins, name, tb.refine(getattr(ins, name), {2: Hkv * Dh}))
-    for what, dims in (("batch", _BATCH_DIMS), ("sequence", _SEQ_DIMS)):
+    bias = ins.attention_bias
+    batch_dims = dict(_BATCH_DIMS)
+    if bias is not None and bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
+        batch_dims["attention_bias"] = 0
+    for what, dims in (("batch", batch_dims), ("sequence", _SEQ_DIMS)):
         given = {n: getattr(ins, n).shape[d] for n, d in dims.items() if getattr(ins, n) is not None}
         known = set(given.values()) - {None}
         if len(known) > 1:
@@ -221,23 +225,29 @@ class RotaryTables:
         return RotaryTables(rows(ins.cos_cache), rows(ins.sin_cache), interleaved)
 
     def apply(self, tb: TorchBuilder, x_BNSDh: Tensor) -> Tensor:
-        """Rotate the first R dims of [B,N,S,Dh]; dims [R, Dh) pass through (partial rotary)."""
+        """Rotate the first R dims of [B,N,S,Dh]; dims [R, Dh) pass through (partial rotary).
+
+        Computed in f32 and rounded once to the input dtype, as onnxruntime does
+        for f16 (rounding each product in f16 shifts quantized caches by a step).
+        """
+        dtype = x_BNSDh.dtype
+        x_BNSDh = tb.to_dtype(x_BNSDh, "f32")
         R2 = self.cos_B1SR2.shape[3]
         Dh = x_BNSDh.shape[3]
         if self.interleaved:  # pairs (2i, 2i+1)
             x1, x2 = tb.slice(x_BNSDh, 3, 0, 2 * R2, 2), tb.slice(x_BNSDh, 3, 1, 2 * R2, 2)
         else:  # halves (i, i + R/2)
             x1, x2 = tb.slice(x_BNSDh, 3, 0, R2), tb.slice(x_BNSDh, 3, R2, 2 * R2)
-        c, s = self.cos_B1SR2, self.sin_B1SR2
+        c, s = tb.to_dtype(self.cos_B1SR2, "f32"), tb.to_dtype(self.sin_B1SR2, "f32")
         y1_BNSR2 = tb.sub(tb.mul(x1, c), tb.mul(x2, s))  # x1*cos - x2*sin
         y2_BNSR2 = tb.add(tb.mul(x2, c), tb.mul(x1, s))  # x2*cos + x1*sin
         if self.interleaved:  # [B,N,S,R/2] x2 -> [B,N,S,R/2,2] -> [B,N,S,R]
             rotated = tb.flatten(tb.cat([tb.unsqueeze(y1_BNSR2, 4), tb.unsqueeze(y2_BNSR2, 4)], 4), 3, 4)
         else:
             rotated = tb.cat([y1_BNSR2, y2_BNSR2], 3)  # [B,N,S,R/2] x2 -> [B,N,S,R]
-        if 2 * R2 == Dh:
-            return rotated
-        return tb.cat([rotated, tb.slice(x_BNSDh, 3, 2 * R2, Dh)], 3)  # + [B,N,S,Dh-R] -> [B,N,S,Dh]
+        if 2 * R2 != Dh:
+            rotated = tb.cat([rotated, tb.slice(x_BNSDh, 3, 2 * R2, Dh)], 3)  # + [B,N,S,Dh-R] -> [B,N,S,Dh]
+        return tb.to_dtype(rotated, dtype)
 
 
 # -- heads ------------------------------------------------------------------------
@@ -395,11 +405,15 @@ def padded_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, present_BHkvTDh: T
     bias = ins.attention_bias
     if bias is None:
         return None
+    tb.runtime_check(
+        tb.eq_scalar(step.total, tb.size(bias, 3)),
+        "GroupQueryAttention: attention_bias's last dimension must equal total_sequence_length",
+    )
     T, Tt = present_BHkvTDh.shape[2], bias.shape[3]
     if T is not None and Tt is not None:
-        extra = T - Tt
-    else:
-        extra = tb.dim_sub(tb.size(present_BHkvTDh, 2), tb.size(bias, 3))
+        extra = max(T - Tt, 0)
+    else:  # never negative, whatever the run-time sizes
+        extra = tb.dim_max(tb.dim_sub(tb.size(present_BHkvTDh, 2), tb.size(bias, 3)), 0)
     return bias if extra == 0 else tb.pad_dim_end(bias, 3, extra)
 
 
@@ -430,10 +444,12 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
     mask_B1ST = tb.unsqueeze(tb.where_scalars(visible_BST, 0.0, NEG_INF, query_BHSDh.dtype), 1)  # [B,S,T] -> [B,1,S,T]
     if bias is not None:
         mask_B1ST = tb.add(mask_B1ST, bias)  # [B,1,S,T] + [B|1,H|1,S,T]
-    scale, Dh = effective_scale(attrs, ins.head_size), ins.head_size
+    scale, Dh, dtype = effective_scale(attrs, ins.head_size), ins.head_size, query_BHSDh.dtype
+    # f32 as onnxruntime computes f16 (torch-mlir's f16 SDPA loses rows with large scores)
+    q, k, v, mask = (tb.to_dtype(t, "f32") for t in (query_BHSDh, key_BHkvTDh, value_BHkvTDh, mask_B1ST))
     if not math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=1e-7, abs_tol=0.0):
-        query_BHSDh = tb.mul_scalar(query_BHSDh, scale * math.sqrt(Dh))
-    return tb.sdpa(query_BHSDh, key_BHkvTDh, value_BHkvTDh, mask_B1ST, enable_gqa=True)
+        q = tb.mul_scalar(q, scale * math.sqrt(Dh))
+    return tb.to_dtype(tb.sdpa(q, k, v, mask, enable_gqa=True), dtype)
 
 
 def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias):
