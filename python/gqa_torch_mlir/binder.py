@@ -113,32 +113,23 @@ class OpBinder:
         return self.op.attributes[key] if key in self.op.attributes else None
 
     def attr_int(self, name: str, default=_MISSING) -> int:
-        raw = self._raw(name)
-        if raw is None:
-            return self._default(name, default)
-        try:
-            return int(self.ir.IntegerAttr(raw).value)
-        except (ValueError, TypeError):
-            raise Refusal(f"must be an integer, got {raw}", f"attribute '{name}'") from None
+        return self._attr(name, default, lambda raw: int(self.ir.IntegerAttr(raw).value), "an integer")
 
     def attr_float(self, name: str, default=_MISSING) -> float:
-        raw = self._raw(name)
-        if raw is None:
-            return self._default(name, default)
-        try:
-            value = float(self.ir.FloatAttr(raw).value)
-        except (ValueError, TypeError):
-            raise Refusal(f"must be a float, got {raw}", f"attribute '{name}'") from None
-        return value
+        return self._attr(name, default, lambda raw: float(self.ir.FloatAttr(raw).value), "a float")
 
     def attr_str(self, name: str, default=_MISSING) -> str:
+        return self._attr(name, default, lambda raw: str(self.ir.StringAttr(raw).value), "a string")
+
+    def _attr(self, name: str, default, read, kind: str):
+        """The attribute's value read by ``read``; ``default`` when absent (a Refusal if required)."""
         raw = self._raw(name)
         if raw is None:
             return self._default(name, default)
         try:
-            return str(self.ir.StringAttr(raw).value)
+            return read(raw)
         except (ValueError, TypeError):
-            raise Refusal(f"must be a string, got {raw}", f"attribute '{name}'") from None
+            raise Refusal(f"must be {kind}, got {raw}", f"attribute '{name}'") from None
 
     def has_attr(self, name: str) -> bool:
         return self._raw(name) is not None
