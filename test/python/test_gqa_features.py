@@ -73,6 +73,10 @@ FEATURES = [
     ("window_cache_query_seqlens", C(batch=2, seq=3, past=8, past_lens=(12, 5), query_lens=(3, 1), window=5, window_cache=True), {}),
     ("window_cache_int8_f16", C(batch=1, seq=1, past=6, past_lens=(13,), window=4, window_cache=True, kv_bits=8, dtype="float16"), {}),
     ("window_cache_packed_sink_softcap", C(batch=1, seq=2, past=5, past_lens=(8,), window=5, window_cache=True, packed=True, head_sink=True), {"softcap": 3.0}),
+    ("window_cache_bias_absolute_columns", C(batch=1, seq=1, past=6, past_lens=(9,), window=4, window_cache=True, attention_bias="BH"), {}),
+    ("window_cache_bias_dynamic_rotary", C(batch=2, seq=1, past=6, past_lens=(9, 3), window=4, window_cache=True, attention_bias="1H", rotary=True, dynamic=True), {}),
+    ("window_cache_bias_chunk_softcap", C(batch=1, seq=5, past=6, past_lens=(7,), window=3, window_cache=True, attention_bias="B1"), {"softcap": 2.0}),
+    ("window_cache_bias_query_seqlens_f16", C(batch=2, seq=3, past=8, past_lens=(12, 5), query_lens=(3, 1), window=5, window_cache=True, attention_bias="11", dtype="float16"), {}),
     # onnxruntime enables these flags only for the exact value 1: 2 means off.
     ("do_rotary_two_means_off", C(batch=1, seq=1, past=3), {"do_rotary": 2}),
     ("smooth_softmax_two_means_off", C(batch=1, seq=1, past=3), {"smooth_softmax": 2}),

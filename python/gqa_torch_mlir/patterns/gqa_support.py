@@ -221,7 +221,8 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     _check_rotary(t, attrs, head_size, query.dtype)
     _check_extras(t, attrs, query.dtype)
     _check_batch_sized(t)
-    _check_bias_columns(b, t)
+    if not attrs.window_cache:  # a window cache's total exceeds its capacity
+        _check_bias_columns(b, t)
     fields = dict(t)
     fields["head_size"] = head_size
     return fields
@@ -395,8 +396,6 @@ def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
         if pos.shape[1] is not None and query_S is not None and pos.shape[1] != query_S:
             raise Refusal(f"dimension 1 ({pos.shape[1]}) must equal the sequence length ({query_S})", _input_subject(9))
     bias = t["attention_bias"]
-    if bias is not None and attrs.window_cache:
-        raise Refusal("is not lowered with sliding_window_cache=1 yet", _input_subject(10))
     if attrs.window_cache:
         past = t["past_key"]
         if past is None:

@@ -107,7 +107,10 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         key_pos = tb.arange(tb.size(present_key_BHkvTDc, 2))  # [T]
     key_BHkvTDh, value_BHkvTDh = codec.decode(tb, read_key_BHkvTDc, "key"), codec.decode(tb, read_value_BHkvTDc, "value")
     visible_BST = visible_keys(tb, step, attrs, key_pos)
-    bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
+    if attrs.window_cache:
+        bias = window_bias(tb, ins, step, plan.key_abs_B1X)
+    else:
+        bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias)
     else:
@@ -415,6 +418,26 @@ def padded_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, present_BHkvTDh: T
     else:  # never negative, whatever the run-time sizes
         extra = tb.dim_max(tb.dim_sub(tb.size(present_BHkvTDh, 2), tb.size(bias, 3)), 0)
     return bias if extra == 0 else tb.pad_dim_end(bias, 3, extra)
+
+
+def window_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, key_abs_B1X: Tensor) -> Optional[Tensor]:
+    """attention_bias columns for a window cache's staged rows: [B|1,H|1,S,Tt] -> [B,H|1,S,X].
+
+    Its last dim is indexed by absolute key position (onnxruntime's schema);
+    positions past it are never visible, so the index is clamped in bounds.
+    """
+    bias = ins.attention_bias
+    if bias is None:
+        return None
+    tb.runtime_check(
+        tb.eq_scalar(step.total, tb.size(bias, 3)),
+        "GroupQueryAttention: attention_bias's last dimension must equal total_sequence_length",
+    )
+    B = tb.size(ins.query, 0)
+    bias_BHSTt = tb.expand(bias, [B, -1, -1, -1])  # a batch dim of 1 broadcasts
+    column_B11X = tb.clamp_int(tb.unsqueeze(key_abs_B1X, 1), 0, tb.dim_sub(tb.size(bias, 3), 1))
+    column_BHSX = tb.expand(column_B11X, [-1, bias.shape[1], step.S, -1])
+    return tb.gather(bias_BHSTt, 3, column_BHSX)
 
 
 # -- attention --------------------------------------------------------------------
