@@ -79,8 +79,16 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     def pattern(op, rewriter):
         op = op.operation
         name = ir.StringAttr(op.attributes["name"]).value
-        lowering = registry.lookup(name, _opset_lookup(ir, op))
+        opset_of = _opset_lookup(ir, op)
+        lowering = registry.lookup(name, opset_of)
         if lowering is None:
+            # A registered op outside every lowering's versions is refused, never
+            # left to torch-mlir's own conversion (its GQA lowering must not see it).
+            candidates = registry.candidates(name)
+            if candidates:
+                first = min(candidates, key=lambda e: e.since)
+                version = opset_of(first.domain)
+                refused.append(RefusedOp(op.location, f"{first.label}: the model's opset {version} for domain '{first.domain or 'ai.onnx'}' is below the lowest version lowered ({first.since})"))
             return True
         try:
             builder = TorchBuilder(ir, types, rewriter.ip, op.location)
