@@ -403,15 +403,22 @@ def visible_keys(tb: TorchBuilder, step: Step, attrs: GqaAttributes, key_pos_T: 
     return visible_BST
 
 
+def checked_bias(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Optional[Tensor]:
+    """attention_bias, with its last dim checked against total_sequence_length at run time."""
+    bias = ins.attention_bias
+    if bias is not None:
+        tb.runtime_check(
+            tb.eq_scalar(step.total, tb.size(bias, 3)),
+            "GroupQueryAttention: attention_bias's last dimension must equal total_sequence_length",
+        )
+    return bias
+
+
 def padded_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, present_BHkvTDh: Tensor) -> Optional[Tensor]:
     """attention_bias [B|1,H|1,S,Tt] padded with zeros to the cache's T key columns."""
-    bias = ins.attention_bias
+    bias = checked_bias(tb, ins, step)
     if bias is None:
         return None
-    tb.runtime_check(
-        tb.eq_scalar(step.total, tb.size(bias, 3)),
-        "GroupQueryAttention: attention_bias's last dimension must equal total_sequence_length",
-    )
     T, Tt = present_BHkvTDh.shape[2], bias.shape[3]
     if T is not None and Tt is not None:
         extra = max(T - Tt, 0)
@@ -426,13 +433,9 @@ def window_bias(tb: TorchBuilder, ins: GqaInputs, step: Step, key_abs_B1X: Tenso
     Its last dim is indexed by absolute key position (onnxruntime's schema);
     positions past it are never visible, so the index is clamped in bounds.
     """
-    bias = ins.attention_bias
+    bias = checked_bias(tb, ins, step)
     if bias is None:
         return None
-    tb.runtime_check(
-        tb.eq_scalar(step.total, tb.size(bias, 3)),
-        "GroupQueryAttention: attention_bias's last dimension must equal total_sequence_length",
-    )
     B = tb.size(ins.query, 0)
     bias_BHSTt = tb.expand(bias, [B, -1, -1, -1])  # a batch dim of 1 broadcasts
     column_B11X = tb.clamp_int(tb.unsqueeze(key_abs_B1X, 1), 0, tb.dim_sub(tb.size(bias, 3), 1))
