@@ -56,6 +56,8 @@ TOLERANCE = {"fp32": 2e-4, "int4": 2e-2, "fp16": 6e-2}
 SHORT_PROMPT = [5, 17, 42, 99, 150]
 LONG_PROMPT = SHORT_PROMPT + [7, 8, 9, 10, 11, 12, 13]  # longer than the window (8)
 DECODE_STEPS = 3
+WINDOW_DECODE_STEPS = 8  # a 12-token prompt + 8 steps crosses the window (8) repeatedly
+SHARED_CAPACITY = 128  # onnxruntime-genai's max_length buffers with past_present_share_buffer
 
 
 # ---------------------------------------------------------------------------
@@ -115,20 +117,33 @@ class Decoder(GenerationDecoder):
     def prompt(self) -> List[int]:
         return LONG_PROMPT if self.window > 0 else SHORT_PROMPT
 
-    def generate(self, run, tokens: Optional[List[int]] = None):
-        return super().generate(run, self.prompt, DECODE_STEPS, tokens)
+    @property
+    def steps(self) -> int:
+        return WINDOW_DECODE_STEPS if self.window > 0 else DECODE_STEPS
+
+    def generate(self, run, tokens: Optional[List[int]] = None, shared_capacity: int = 0):
+        return super().generate(run, self.prompt, self.steps, tokens, shared_capacity=shared_capacity)
 
 
-def compile_decoder(decoder: Decoder) -> CompiledGraph:
-    return CompiledGraph(decoder.path)
+_COMPILED: Dict[str, CompiledGraph] = {}
 
 
+def compiled_decoder(name: str) -> CompiledGraph:
+    """One compile per fixture, shared by its cache modes (dims are symbolic)."""
+    if name not in _COMPILED:
+        _COMPILED[name] = CompiledGraph(FIXTURES / name / "model.onnx")
+    return _COMPILED[name]
+
+
+@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY], ids=["growing-cache", "shared-128-buffers"])
 @pytest.mark.parametrize("name", [n for n in DECODERS if n not in REFUSED])
-def test_decoder_matches_onnxruntime(name):
+def test_decoder_matches_onnxruntime(name, shared_capacity):
+    """Growing caches, and fixed 128-row buffers fed back as past (onnxruntime-genai's
+    shared-buffer mode: total_sequence_length <= capacity, rows written in place)."""
     decoder = Decoder(name)
-    ort_tokens, ort_logits, ort_present = decoder.generate(lambda f: onnxruntime_run(decoder.path, f))
-    compiled = compile_decoder(decoder)
-    tokens, logits, present = decoder.generate(compiled.run, tokens=ort_tokens)
+    ort_tokens, ort_logits, ort_present = decoder.generate(lambda f: onnxruntime_run(decoder.path, f), shared_capacity=shared_capacity)
+    compiled = compiled_decoder(name)
+    tokens, logits, present = decoder.generate(compiled.run, tokens=ort_tokens, shared_capacity=shared_capacity)
     tol = TOLERANCE[decoder.precision]
     for step, (ours, ref) in enumerate(zip(logits, ort_logits)):
         assert ours.shape == ref.shape, f"step {step}"

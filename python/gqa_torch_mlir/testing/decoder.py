@@ -43,18 +43,21 @@ class Decoder:
                 if attrs.get("sliding_window_cache", 0) == 1:
                     self.capacity[layer] = attrs["local_window_size"]
 
-    def empty_cache(self) -> Dict[str, np.ndarray]:
-        shape = lambda layer: (1, self.kv_heads, self.capacity.get(layer, 0), self.head_size)  # noqa: E731
+    def empty_cache(self, shared_capacity: int = 0) -> Dict[str, np.ndarray]:
+        """Zero past caches: window-sized buffers for window layers; full-attention
+        layers start empty (a growing cache) or, with ``shared_capacity``, as
+        fixed buffers of that many rows (onnxruntime-genai's past_present_share_buffer)."""
+        shape = lambda layer: (1, self.kv_heads, self.capacity.get(layer, shared_capacity), self.head_size)  # noqa: E731
         return {f"past_key_values.{l}.{kv}": np.zeros(shape(l), self.kv_dtype) for l in range(self.layers) for kv in ("key", "value")}
 
-    def generate(self, run: Run, prompt: List[int], steps: int, tokens: Optional[List[int]] = None, on_step=None):
+    def generate(self, run: Run, prompt: List[int], steps: int, tokens: Optional[List[int]] = None, on_step=None, shared_capacity: int = 0):
         """Prefill ``prompt``, then ``steps`` greedy decode steps.
 
         ``tokens`` forces the fed-back tokens (to compare two runs on the
         same path); ``on_step(step, token, logits)`` sees each step.
         Returns (tokens, logits per step, last presents).
         """
-        past, context, new, chosen, logits = self.empty_cache(), list(prompt), list(prompt), [], []
+        past, context, new, chosen, logits = self.empty_cache(shared_capacity), list(prompt), list(prompt), [], []
         for step in range(steps + 1):
             feeds = {"input_ids": np.array([new], np.int64), "attention_mask": np.ones((1, len(context)), np.int64), **past}
             out = run(feeds)
