@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from .builder import Tensor, parse_vtensor_type
+from .builder import Tensor, parse_vtensor_type, vtensor_type_text
 from .registry import Refusal
 
 _MISSING = object()
@@ -80,24 +80,24 @@ class OpBinder:
         """False when result ``i`` has no uses (its value may be left unbuilt)."""
         return any(True for _ in self.op.results[i].uses)
 
-    def declared_result(self, tb, i: int, t: Tensor):
-        """``t`` as result ``i`` of the op: cast to its declared element type and static dims.
+    def declared_result(self, tb, i: int, t: Tensor, name: str = ""):
+        """``t`` as result ``i`` of the op, cast to the op's declared type.
 
-        An unnamed ONNX output is declared ``!torch.none`` and gets ``none``.  A
-        declared shape that contradicts ``t``'s (rank or a static dim) is refused
-        by name rather than cast.
+        A declaration that is not a ranked vtensor (the importer writes
+        ``!torch.none`` for an output ONNX shape inference could not type, or
+        an unnamed one) is no refinement: ``t`` keeps its own exact type.  A
+        declared dtype, rank or static dim that contradicts ``t`` is refused by
+        name rather than cast.
         """
         text = self.result_type_text(i)
-        if text == "!torch.none":
-            return tb.none()
         parsed = parse_vtensor_type(text)
-        if parsed is None:
-            return t.value
-        shape, dtype = parsed
-        if len(shape) != t.rank or any(d is not None and s is not None and d != s for d, s in zip(shape, t.shape)):
-            got = "[" + ",".join("?" if d is None else str(d) for d in t.shape) + "]"
-            raise Refusal(f"declared type {text} contradicts the computed shape {got}", f"output {i}")
-        return tb.static_info_cast(tb.to_dtype(t, dtype), text)
+        if parsed is not None:
+            shape, dtype = parsed
+            clash = dtype != t.dtype or len(shape) != t.rank or any(d is not None and e is not None and d != e for d, e in zip(shape, t.shape))
+            if clash:
+                found = vtensor_type_text(t.shape, t.dtype)
+                raise Refusal(f"is declared {text} but the op produces {found}", f"output {i} '{name}'" if name else f"output {i}")
+        return tb.static_info_cast(t, text)
 
     # -- attributes ---------------------------------------------------------
     def attribute_names(self) -> Sequence[str]:

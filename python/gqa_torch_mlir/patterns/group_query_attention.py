@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..binder import OpBinder
-from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type, vtensor_type_text
+from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ..registry import Refusal, onnx_op
 from .gqa_cache import CacheCodec
 from .gqa_window import plan_window
@@ -118,19 +118,8 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
     results = [output_BSD, present_key_BHkvTDc, present_value_BHkvTDc, qk_BHSTt][: b.num_results]
-    return [declared_result(tb, b, i, t) for i, t in enumerate(results)]
+    return [b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]
 
-
-def declared_result(tb: TorchBuilder, b: OpBinder, i: int, t: Tensor):
-    """``t`` cast to the op's declared result type; a contradicting declaration is refused."""
-    declared = parse_vtensor_type(b.result_type_text(i))
-    if declared is not None:
-        shape, dtype = declared
-        clash = dtype != t.dtype or len(shape) != t.rank or any(d is not None and e is not None and d != e for d, e in zip(shape, t.shape))
-        if clash:
-            found = vtensor_type_text(t.shape, t.dtype)
-            raise Refusal(f"is declared {b.result_type_text(i)} but the op produces {found}", f"output {i} '{OUTPUTS[i]}'")
-    return tb.static_info_cast(t, b.result_type_text(i))
 
 
 # -- shapes -----------------------------------------------------------------------

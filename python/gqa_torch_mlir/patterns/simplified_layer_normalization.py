@@ -78,7 +78,8 @@ def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, di
 
     Computed in :func:`compute_dtype` of ``out_dtype`` (``x`` may already be
     wider, as a skip sum is); the normalized output is cast to ``out_dtype``,
-    the inverse std stays in the compute type, shaped [N..., 1...].
+    the inverse std to f32 (stash_type 1, the type ONNX declares for it),
+    shaped [N..., 1...].
     """
     ct = compute_dtype(out_dtype)
     x = tb.to_dtype(x, ct)
@@ -86,4 +87,4 @@ def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, di
     std_N1 = tb.sqrt(tb.add_float(mean_square_N1, epsilon))
     y = tb.mul(tb.div(x, std_N1), tb.to_dtype(scale, ct))  # x / std * scale, in onnxruntime's order
     inv_std_N1 = tb.div(tb.full_like(std_N1, 1.0), std_N1)
-    return tb.to_dtype(y, out_dtype), inv_std_N1
+    return tb.to_dtype(y, out_dtype), tb.to_dtype(inv_std_N1, "f32")
