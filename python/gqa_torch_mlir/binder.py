@@ -76,10 +76,6 @@ class OpBinder:
     def result_type_text(self, i: int) -> str:
         return str(self.op.results[i].type)
 
-    def result_is_used(self, i: int) -> bool:
-        """False when result ``i`` has no uses (its value may be left unbuilt)."""
-        return any(True for _ in self.op.results[i].uses)
-
     def declared_result(self, tb, i: int, t: Tensor, name: str = ""):
         """``t`` as result ``i`` of the op, cast to the op's declared type.
 

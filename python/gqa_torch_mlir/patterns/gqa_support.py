@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..binder import OpBinder
-from ..builder import FLOAT_DTYPES
 from ..registry import Refusal
 
 
@@ -432,7 +431,3 @@ def support_table_markdown() -> str:
         rows.append(f"| attribute | `{name}` | {rule.supported} |")
     rows.append("| output 3 | `output_qk` | with qk_output 1 or 2: [B,H,S,total_sequence_length] |")
     return "\n".join(rows)
-
-
-def is_float_dtype(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
