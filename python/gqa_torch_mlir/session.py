@@ -78,6 +78,14 @@ class InferenceSession:
     thread only); the refbackend records it and runs on one thread.
     ``runtime_verification`` (refbackend) bounds-checks every memory access
     of the compiled code and reports a violation as RuntimeInvocationError.
+
+    ``share_buffers`` (iree-cpu) is onnxruntime-genai's shared past/present
+    buffer mode: an output of this session fed back as an input stays on the
+    device (no upload), and a fixed-capacity cache fed that way is updated
+    in place, so ``present`` comes back in the very buffer ``past`` was in
+    (the array fed is changed too: feed ``np.array(x)`` to keep it).  Per
+    decode step, the cache then costs the new rows only instead of an upload
+    of the whole buffer.
     """
 
     def __init__(
@@ -87,21 +95,29 @@ class InferenceSession:
         threads: Optional[int] = None,
         runtime_verification: bool = False,
         attention: Optional[str] = None,
+        share_buffers: bool = False,
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
+        if share_buffers and backend != "iree-cpu":
+            raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' (the {backend} copies every input and output)")
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
         options = LoweringOptions(attention=attention or DEFAULT_ATTENTION[backend])
-        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options)
+        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
 
     def get_inputs(self) -> List[NodeArg]:
         return list(self._inputs)
 
     def get_outputs(self) -> List[NodeArg]:
         return list(self._outputs)
+
+    @property
+    def uploaded_bytes(self) -> Optional[int]:
+        """Bytes the last ``run`` copied from host arrays to the device (iree-cpu; None on the refbackend)."""
+        return getattr(self._compiled, "uploaded_bytes", None)
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, np.ndarray], run_options=None) -> List[np.ndarray]:
         args = [self._feed(arg, input_feed) for arg in self._inputs]
@@ -144,14 +160,21 @@ def _as_onnx_type(array: np.ndarray, arg: NodeArg) -> np.ndarray:
     return array
 
 
-def _compile_for(backend: str, proto: onnx.ModelProto, threads: Optional[int], runtime_verification: bool, options: LoweringOptions):
+def _compile_for(
+    backend: str,
+    proto: onnx.ModelProto,
+    threads: Optional[int],
+    runtime_verification: bool,
+    options: LoweringOptions,
+    share_buffers: bool = False,
+):
     """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
     if backend == "iree-cpu":
         try:
             from .backends.iree import IreeCpuBackend
         except ImportError as e:
             raise GqaTorchMlirError(f"backend 'iree-cpu' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
-        compiled = IreeCpuBackend(threads=threads, options=options).compile(proto)
+        compiled = IreeCpuBackend(threads=threads, options=options, share_buffers=share_buffers).compile(proto)
         return compiled, compiled.function
     from .backends.refbackend import RefBackend
 

@@ -121,6 +121,53 @@ def test_prefill_then_decode_feeding_the_cache_back():
         ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
 
 
+def _fixed_capacity_steps(n: int):
+    common = dict(batch=2, seq=1, past=12, num_heads=4, kv_num_heads=2, head_size=16, fixed_capacity=True, rotary=True)
+    return [C(past_lens=(5 + i, 3 + i), **common) for i in range(n)]
+
+
+def test_shared_buffers_update_the_fixed_capacity_cache_in_place():
+    """genai's shared past/present mode: present comes back in past's buffer, and only the new rows are uploaded."""
+    steps = _fixed_capacity_steps(4)
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    ours = theirs = None
+    for i, cfg in enumerate(steps):
+        feeds = make_inputs(cfg, seed=200 + i)
+        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
+        if i:
+            ours_feeds["past_key"], ours_feeds["past_value"] = ours
+            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        got = run_session(sess, ours_feeds)
+        cache_bytes = ours_feeds["past_key"].nbytes + ours_feeds["past_value"].nbytes
+        if i:  # the caches stayed on the device and were written in place
+            assert np.shares_memory(got["present_key"], ours[0]) and np.shares_memory(got["present_value"], ours[1])
+            assert sess.uploaded_bytes < cache_bytes, (sess.uploaded_bytes, cache_bytes)
+        else:
+            assert sess.uploaded_bytes > cache_bytes
+        assert_matches(cfg, got, run_onnxruntime(model, theirs_feeds), theirs_feeds, f"step {i}")
+        ours = (got["present_key"], got["present_value"])
+        theirs = tuple(run_onnxruntime(model, theirs_feeds)[k] for k in ("present_key", "present_value"))
+
+
+def test_without_shared_buffers_a_fed_cache_is_never_changed():
+    steps = _fixed_capacity_steps(2)
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=1)
+    first = run_session(sess, make_inputs(steps[0], seed=1))
+    fed = first["present_key"].copy()
+    feeds = dict(make_inputs(steps[1], seed=2), past_key=first["present_key"], past_value=first["present_value"])
+    second = run_session(sess, feeds)
+    np.testing.assert_array_equal(first["present_key"], fed)
+    assert not np.shares_memory(second["present_key"], first["present_key"])
+    assert sess.uploaded_bytes > first["present_key"].nbytes
+
+
+def test_shared_buffers_need_iree():
+    with pytest.raises(GqaTorchMlirError, match="share_buffers needs backend 'iree-cpu'"):
+        InferenceSession(make_model(_fixed_capacity_steps(1)[0]), share_buffers=True)
+
+
 def test_gqa_between_onnx_ops():
     """MatMul -> GQA -> Add: the ordinary ONNX ops go through IREE's own ONNX input conversion."""
     cfg = C(batch=2, seq=1, past=5, past_lens=(5, 2), rotary=True)

@@ -61,6 +61,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -208,15 +209,27 @@ class IreeCpuBackend:
     ``threads``: ``1`` runs on ``local-sync`` (the calling thread); ``N >= 2``
     on ``local-task`` with ``N`` workers; ``None`` on ``local-task`` with one
     worker per CPU available to the process.  ``extra_flags`` are appended to
-    :data:`COMPILE_FLAGS`.
+    :data:`COMPILE_FLAGS`.  ``share_buffers``: see
+    :meth:`IreeCompiledModule.invoke`.  ``plugin=False`` skips our pass, so
+    torch-mlir's own ONNX lowerings (inside IREE) meet every op: benchmarks
+    compare against that.
 
     No stage prints its input unless it fails: a failing stage's input (the
     imported module, or the module after our pass) is then regenerated from
     the model, saved, and named in the repro command.
     """
 
-    def __init__(self, threads: Optional[int] = None, extra_flags: Sequence[str] = (), options: Optional[LoweringOptions] = None) -> None:
+    def __init__(
+        self,
+        threads: Optional[int] = None,
+        extra_flags: Sequence[str] = (),
+        options: Optional[LoweringOptions] = None,
+        share_buffers: bool = False,
+        plugin: bool = True,
+    ) -> None:
         self.options = options
+        self.share_buffers = share_buffers
+        self.plugin = plugin
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
@@ -226,7 +239,7 @@ class IreeCpuBackend:
         """Lower, compile with IREE in process and load on the runtime device."""
         lowered = self.lower(model)
         vmfb = self.compile_lowered(lowered)
-        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads)
+        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads, self.share_buffers)
 
     def lower(self, model: ModelLike) -> LoweredModule:
         """Import ``model`` into a new IREE session's context and run our pass there."""
@@ -234,7 +247,7 @@ class IreeCpuBackend:
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
-            refused = apply_lowerings(module.operation, options=self.options)
+            refused = apply_lowerings(module.operation, options=self.options) if self.plugin else []
             invalid = None
             if not refused:
                 try:
@@ -372,10 +385,15 @@ class IreeCompiledModule:
     Calls on one compiled module are serialised by a lock.
     """
 
-    def __init__(self, vmfb: bytes, function: str, output_dtypes: Sequence[np.dtype], threads: Optional[int]) -> None:
+    def __init__(
+        self, vmfb: bytes, function: str, output_dtypes: Sequence[np.dtype], threads: Optional[int], share_buffers: bool = False
+    ) -> None:
         self.vmfb = vmfb
         self.function = function
         self.threads = threads
+        self.share_buffers = share_buffers
+        self.uploaded_bytes = 0  # host bytes copied to the device by the last call
+        self._resident = _ResidentArrays()
         self._output_dtypes = list(output_dtypes)
         self._device = device_for(threads)
         self._instance = ireert.VmInstance()
@@ -403,9 +421,16 @@ class IreeCompiledModule:
         return invoker
 
     def invoke(self, function: str, *args: np.ndarray) -> Tuple[np.ndarray, ...]:
-        """Call ``function``; the results are always a tuple of fresh numpy arrays."""
+        """Call ``function``; the results are always a tuple of numpy arrays.
+
+        With ``share_buffers``, an argument that is an array this module
+        returned is passed as the device buffer behind it (no upload), and the
+        call may update that buffer in place: IREE writes a fixed-capacity
+        cache's new rows into the past buffer and returns it as present.
+        """
         invoker = self._invoker(function)
-        arrays = [np.ascontiguousarray(a) if np.ndim(a) else np.asarray(a) for a in args]
+        arrays = [self._argument(a) for a in args]
+        self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
         with self._lock:
             try:
                 results = invoker(*arrays)
@@ -413,12 +438,42 @@ class IreeCompiledModule:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
         if not isinstance(results, tuple):
             results = (results,)
-        out = []
-        for i, r in enumerate(results):
-            # A mapping of the result's own device buffer, which the array keeps alive
-            # (no copy: fresh multi-MB host arrays cost page faults on every call).
-            host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
-            if function == self.function and i < len(self._output_dtypes) and host.dtype != self._output_dtypes[i]:
-                host = host.astype(self._output_dtypes[i])  # IREE returns i1 as i8
-            out.append(host)
-        return tuple(out)
+        return tuple(self._host_result(function, i, r) for i, r in enumerate(results))
+
+    def _argument(self, a):
+        if self.share_buffers:
+            device_array = self._resident.device_array_of(a)
+            if device_array is not None:
+                return device_array
+        return np.ascontiguousarray(a) if np.ndim(a) else np.asarray(a)
+
+    def _host_result(self, function: str, i: int, r) -> np.ndarray:
+        # A mapping of the result's own device buffer, which the array keeps alive
+        # (no copy: fresh multi-MB host arrays cost page faults on every call).
+        host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
+        if function == self.function and i < len(self._output_dtypes) and host.dtype != self._output_dtypes[i]:
+            return host.astype(self._output_dtypes[i])  # IREE returns i1 as i8: a copy, not shared
+        if self.share_buffers and hasattr(r, "to_host"):
+            self._resident.remember(host, r)
+        return host
+
+
+class _ResidentArrays:
+    """The host views ``invoke`` handed out, each with the device array it maps.
+
+    Keyed by the view's identity and held weakly: an entry lives as long as
+    the caller keeps the array, so feeding it back finds its device buffer.
+    """
+
+    def __init__(self) -> None:
+        self._by_id = {}
+
+    def remember(self, host: np.ndarray, device_array) -> None:
+        key = id(host)
+        self._by_id[key] = (weakref.ref(host, lambda _ref, key=key: self._by_id.pop(key, None)), device_array)
+
+    def device_array_of(self, array):
+        entry = self._by_id.get(id(array))
+        if entry is not None and entry[0]() is array:
+            return entry[1]
+        return None
