@@ -1,7 +1,8 @@
 // RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s
 
-// KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is padded
-// by S rows on the sequence axis, then scatter.src on dim 2 writes the new K/V
+// KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is followed
+// by S zero rows on the sequence axis (a cat: backends fill the new rows only, not
+// the whole present buffer), then scatter.src on dim 2 writes the new K/V
 // at past_len[b] + s, checked at run time and clamped into the 8 rows. No
 // aten.size.int: every dim is static.
 // CHECK-LABEL: func.func @kv_cache
@@ -13,10 +14,13 @@
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: total_sequence_length must equal past length + S
 // CHECK:         %[[ROWS:.+]] = torch.aten.clamp %{{.+}}, %int0, %int7 : !torch.vtensor<[2,3],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,3],si64>
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand %{{.+}} -> !torch.vtensor<[2,2,3,16],si64>
-// CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %{{.+}} : !torch.vtensor<[2,2,5,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[2,2,8,16],f32>
-// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]], %[[K_BHSD]] : !torch.vtensor<[2,2,8,16],f32>, !torch.int, !torch.vtensor<[2,2,3,16],si64>, !torch.vtensor<[2,2,3,16],f32> -> !torch.vtensor<[2,2,8,16],f32>
-// CHECK:         %[[PAD_V:.+]] = torch.aten.constant_pad_nd %arg4
-// CHECK:         %[[PRESENT_V:.+]] = torch.aten.scatter.src %[[PAD_V]], %int2, %[[INDEX]], %[[V_BHSD]]
+// CHECK:         %[[EMPTY_K:.+]] = torch.aten.slice.Tensor %arg3, %int2, %int0, %int0, %int1 : {{.+}} -> !torch.vtensor<[2,2,0,16],f32>
+// CHECK:         %[[ZEROS_K:.+]] = torch.aten.constant_pad_nd %[[EMPTY_K]], {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK:         %[[ROWS_K:.+]] = torch.prim.ListConstruct %arg3, %[[ZEROS_K]]
+// CHECK:         %[[GROWN_K:.+]] = torch.aten.cat %[[ROWS_K]], %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN_K]], %int2, %[[INDEX]], %[[K_BHSD]] : !torch.vtensor<[2,2,8,16],f32>, !torch.int, !torch.vtensor<[2,2,3,16],si64>, !torch.vtensor<[2,2,3,16],f32> -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[GROWN_V:.+]] = torch.aten.cat %{{.+}}, %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[PRESENT_V:.+]] = torch.aten.scatter.src %[[GROWN_V]], %int2, %[[INDEX]], %[[V_BHSD]]
 // CHECK:         return %{{.+}}, %[[PRESENT_K]], %[[PRESENT_V]] : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
 func.func @kv_cache(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32],f32>, %v: !torch.vtensor<[2,3,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none

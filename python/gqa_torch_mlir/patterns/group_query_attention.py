@@ -366,8 +366,24 @@ def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, ind
     Rows before ``past_len[b]`` keep the past; rows after the new ones are
     unspecified, as in onnxruntime.
     """
-    grown_BHkvTDh = past_BHkvPDh if growth == 0 else tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
+    if growth == 0:
+        grown_BHkvTDh = past_BHkvPDh
+    elif isinstance(growth, int) and None not in past_BHkvPDh.shape and past_BHkvPDh.shape[2] > 0:
+        grown_BHkvTDh = grow_rows(tb, past_BHkvPDh, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
+    else:  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
+        grown_BHkvTDh = tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
     return tb.scatter_src(grown_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+
+
+def grow_rows(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
+    """past followed by ``growth`` zero rows, as a concatenation: backends then fill the new rows only.
+
+    (``constant_pad_nd`` of the whole cache is lowered by IREE to a fill of
+    the whole present buffer before the past is copied in: twice the writes.)
+    """
+    empty_BHkv0Dh = tb.slice(past_BHkvPDh, 2, 0, 0, in_bounds=True)  # [B,Hkv,P,Dh] -> [B,Hkv,0,Dh]
+    zeros_BHkvGDh = tb.pad_dim_end(empty_BHkv0Dh, 2, growth)  # -> [B,Hkv,G,Dh]
+    return tb.cat([past_BHkvPDh, zeros_BHkvGDh], 2)  # -> [B,Hkv,P+G,Dh]
 
 
 # -- masking ----------------------------------------------------------------------
