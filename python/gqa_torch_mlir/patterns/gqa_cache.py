@@ -51,8 +51,11 @@ class CacheCodec:
         Dh = x_BHkvSDh.shape[3]
         even = tb.add_float(tb.slice(q, 3, 0, Dh, 2), 8.0)  # [B,Hkv,S,Dh/2], in [0, 15]
         odd = tb.add_float(tb.slice(q, 3, 1, Dh, 2), 8.0)
-        packed = tb.add(even, tb.mul_scalar(odd, 16.0))  # low nibble even, high nibble odd
-        return tb.to_dtype(packed, "ui8")
+        packed = tb.add(even, tb.mul_scalar(odd, 16.0))  # low nibble even, high nibble odd, in [0, 255]
+        # Through an integer: f32 -> 8-bit conversion of a value >= 128 is out of
+        # range for LLVM's fptosi (poison: IREE's code for some CPUs then stores
+        # wrong bytes); f32 -> si32 is exact here and si32 -> ui8 truncates.
+        return tb.to_dtype(tb.to_dtype(packed, "si32"), "ui8")
 
     def decode(self, tb: TorchBuilder, cache_BHkvTDc: Tensor, which: str) -> Tensor:
         """The cache as f32 values [B,Hkv,T,Dh] for attention (the cache itself when float)."""
