@@ -1,0 +1,257 @@
+"""One GroupQueryAttention decode step (B=1, S=1, H=32, Hkv=8, Dh=128, fp32):
+ours on iree-cpu against onnxruntime's kernel, torch-mlir's own lowering and
+the KV-cache reading bound, measured alternately in one process.
+
+    .venv/bin/python benchmarks/decode_step.py [--past 1023 4095] [--threads 1 2] [--repeats 30]
+
+Two cache modes, each against onnxruntime in the same mode:
+
+``growing``  past has P rows, present P+1 (a new present buffer every step).
+``shared``   onnxruntime-genai's fixed buffers: capacity P+1, past and present
+             the same buffer (onnxruntime: IO binding of one OrtValue to both;
+             ours: ``share_buffers=True`` with the outputs fed back).
+
+Rows:
+  ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
+  upstream             torch-mlir's C++ lowering compiled the same way (growing
+                       mode only: it cannot express the shared one), or why not
+  bound                K/V bytes read by the step / the read bandwidth numpy
+                       measures on the same threads
+  written              bytes the step writes, from IREE's stream-level schedule
+                       (fresh result buffers, copies and fills) plus the host
+                       bytes uploaded per call
+
+Not a test: numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import onnx
+
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCpuBackend
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model, run_onnxruntime
+
+HEADS = dict(batch=1, seq=1, num_heads=32, kv_num_heads=8, head_size=128)
+
+
+@dataclass
+class Runner:
+    run: Callable[[], object]
+    output: np.ndarray  # its first result, for the correctness line
+    uploaded: Optional[int] = None  # host bytes uploaded per call
+    written: Optional[str] = None  # stream-level write summary
+
+
+def configs(past: int) -> Dict[str, GQAConfig]:
+    return {
+        "growing": GQAConfig(past=past, **HEADS),
+        "shared": GQAConfig(past=past + 1, past_lens=(past,), fixed_capacity=True, **HEADS),
+    }
+
+
+# -- onnxruntime -------------------------------------------------------------------
+
+
+def ort_session(model: onnx.ModelProto, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def ort_growing(model, feeds, threads) -> Runner:
+    sess = ort_session(model, threads)
+    return Runner(lambda: sess.run(None, feeds), sess.run(None, feeds)[0])
+
+
+def ort_shared(model, feeds, threads) -> Runner:
+    """past_key/present_key (and value) bound to one OrtValue: the kernel writes the new row in place."""
+    import onnxruntime as ort
+
+    sess = ort_session(model, threads)
+    binding = sess.io_binding()
+    binding.bind_output("output")  # first: get_outputs() lists outputs in binding order
+    for name, value in feeds.items():
+        if name in ("past_key", "past_value"):
+            buffer = ort.OrtValue.ortvalue_from_numpy(value.copy())
+            binding.bind_ortvalue_input(name, buffer)
+            binding.bind_ortvalue_output(name.replace("past", "present"), buffer)
+        else:
+            binding.bind_cpu_input(name, value)
+
+    def run():
+        sess.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy()
+
+    return Runner(run, run())
+
+
+# -- ours / upstream on iree-cpu ---------------------------------------------------
+
+
+def ours(model, feeds, threads, shared: bool) -> Runner:
+    sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=shared)
+    out, key, value = sess.run(None, feeds)
+    step = dict(feeds, past_key=key, past_value=value) if shared else feeds  # caches stay on the device
+
+    def run():
+        return sess.run(None, step)
+
+    first = run()[0]
+    return Runner(run, first, uploaded=sess.uploaded_bytes, written=stream_writes(model, threads))
+
+
+def trimmed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The node without trailing empty optional inputs: torch-mlir's lowering counts operands."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        while node.input and not node.input[-1]:
+            node.input.pop()
+    return copy
+
+
+_PROBE = """
+import sys, onnx, numpy as np
+from gqa_torch_mlir.backends.iree import IreeCpuBackend
+model = onnx.load(sys.argv[1])
+compiled = IreeCpuBackend(threads=1, plugin=False).compile(model)
+print("compiled", flush=True)
+"""
+
+
+def upstream(model, feeds, threads) -> Runner:
+    """torch-mlir's own lowering (our pass off), probed in a child first: it may crash the process."""
+    model = trimmed(model)
+    with tempfile.NamedTemporaryFile(suffix=".onnx", delete=False) as f:
+        f.write(model.SerializeToString())
+    probe = subprocess.run([sys.executable, "-c", _PROBE, f.name], capture_output=True, text=True)
+    os.unlink(f.name)
+    if probe.returncode != 0 or "compiled" not in probe.stdout:
+        lines = [l for l in (probe.stderr or "").splitlines() if "error" in l] or [f"exit code {probe.returncode}"]
+        raise RuntimeError(lines[0][:160])
+    compiled = IreeCpuBackend(threads=threads, plugin=False).compile(model)
+    args = [feeds[i.name] for i in model.graph.input]
+    return Runner(lambda: compiled.invoke(compiled.function, *args), compiled.invoke(compiled.function, *args)[0])
+
+
+# -- bytes written, from IREE's stream-level schedule -----------------------------
+
+
+def stream_writes(model, threads) -> str:
+    """Fresh result buffers, copies and fills of the step (bytes), read off ``--compile-to=stream``."""
+    lowered = IreeCpuBackend(threads=threads).lower(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "step.mlir"), os.path.join(tmp, "step.stream.mlir")
+        with open(src, "w") as f:
+            f.write(lowered.asm())
+        tool = os.path.join(os.path.dirname(sys.executable), "iree-compile")
+        subprocess.run([tool, *COMPILE_FLAGS, "--compile-to=stream", src, "-o", out], check=True)
+        text = open(out).read()
+    consts = {m[0]: int(m[1]) for m in re.findall(r"(%c[\w]*) = arith.constant (\d+) : index", text)}
+    size = lambda name: consts.get(name, 0)  # noqa: E731
+    results = sum(size(s) for s in re.findall(r"stream.resource.alloca[^\n]*!stream.resource<external>\{(%\w+)\}", text))
+    copies = sum(size(s) for s in re.findall(r"stream.cmd.copy [^\n]*, (%\w+) :", text))
+    fills = sum(size(s) for s in re.findall(r"stream.cmd.fill [^\n]* for (%\w+)\]", text))
+    return f"results {_mib(results)}, copies {_mib(copies)}, fills {_mib(fills)}"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**16 else f"{n / 2**10:.1f} KiB"
+
+
+# -- the reading bound --------------------------------------------------------------
+
+
+def read_bandwidth(threads: int, mib: int = 512) -> float:
+    """Bytes/s numpy reads (summing a large array) on ``threads`` threads."""
+    data = np.ones(mib * 2**18, np.float32)
+    parts = np.array_split(data, threads)
+    best = float("inf")
+    for _ in range(5):
+        workers = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
+        t = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - t)
+    return data.nbytes / best
+
+
+# -- main ---------------------------------------------------------------------------
+
+
+def build_runners(past: int, threads: int) -> Dict[str, Runner]:
+    runners: Dict[str, Runner] = {}
+    for mode, cfg in configs(past).items():
+        model, feeds = make_model(cfg), make_inputs(cfg)
+        runners[f"{mode}/onnxruntime"] = (ort_shared if mode == "shared" else ort_growing)(model, feeds, threads)
+        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=mode == "shared")
+        if mode == "growing":
+            try:
+                runners[f"{mode}/upstream"] = upstream(model, feeds, threads)
+            except Exception as e:  # noqa: BLE001  (reported, not fatal)
+                print(f"  upstream torch-mlir lowering: not runnable: {e}")
+    return runners
+
+
+def measure(runners: Dict[str, Runner], repeats: int) -> Dict[str, float]:
+    times = {k: [] for k in runners}
+    for _ in range(repeats):  # alternate so load changes hit every runner alike
+        for key, r in runners.items():
+            t = time.perf_counter()
+            r.run()
+            times[key].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[str, float], bandwidth: float) -> None:
+    kv_bytes = 2 * HEADS["kv_num_heads"] * (past + 1) * HEADS["head_size"] * 4
+    bound = kv_bytes / bandwidth
+    print(f"\npast={past}, {threads} thread(s): reading bound {1e3 * bound:.3f} ms "
+          f"({kv_bytes / 2**20:.1f} MiB of K/V at {bandwidth / 1e9:.1f} GB/s)")
+    for key, r in runners.items():
+        mode = key.split("/")[0]
+        base = medians[f"{mode}/onnxruntime"]
+        diff = float(np.max(np.abs(np.asarray(r.output, np.float32) - np.asarray(runners[f"{mode}/onnxruntime"].output))))
+        line = (f"  {key:22s} {1e3 * medians[key]:8.3f} ms  {medians[key] / base:5.2f}x onnxruntime  "
+                f"{medians[key] / bound:5.1f}x bound  max|diff| {diff:.1e}")
+        if r.uploaded is not None:
+            line += f"\n  {'':22s} writes per step: {r.written}; uploads {_mib(r.uploaded)}"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    for threads in args.threads:
+        bandwidth = read_bandwidth(threads)
+        for past in args.past:
+            runners = build_runners(past, threads)
+            report(past, threads, runners, measure(runners, args.repeats), bandwidth)
+
+
+if __name__ == "__main__":
+    main()
