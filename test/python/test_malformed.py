@@ -235,6 +235,13 @@ CASES: List[Case] = [
          **_inp(query=(F32, [B, S, 66]))),
     case("packed_hidden_mismatch", [Q0, "hidden size 100", "packed QKV"], "load",
          **_inp(query=(F32, [B, S, 100]), key=None, value=None)),
+    case("head_size_12", [Q0, "head size 12", "multiple of 8"], "run",
+         **_inp(query=(F32, [B, S, H * 12]), key=(F32, [B, S, HKV * 12]), value=(F32, [B, S, HKV * 12]),
+                past_key=(F32, [B, HKV, P, 12]), past_value=(F32, [B, HKV, P, 12]))),
+    case("rotary_head_size_8", [Q0, "head size 8", "multiple of 16 with do_rotary"], "run", attrs={"do_rotary": 1},
+         **_inp(query=(F32, [B, S, H * 8]), key=(F32, [B, S, HKV * 8]), value=(F32, [B, S, HKV * 8]),
+                past_key=(F32, [B, HKV, P, 8]), past_value=(F32, [B, HKV, P, 8]),
+                cos_cache=(F32, [16, 4]), sin_cache=(F32, [16, 4]))),
     case("key_hidden_not_kv_heads_times_head_size", [K1, "kv_num_heads * head_size (32)"], "run", **_inp(key=(F32, [B, S, 48]))),
     case("value_hidden_differs_from_key", [V2, "kv_num_heads * head_size (32)"], "run", **_inp(value=(F32, [B, S, 48]))),
     case("query_hidden_dynamic", [Q0, "hidden size", "static"], "accepts",
@@ -377,13 +384,6 @@ ORT_ACCEPTS = {c.id: c.why for c in CASES if c.ort == "accepts"}
 # Models onnxruntime 1.32 refuses that the lowering compiles (it lowers the op's
 # semantics, not the CPU kernel's restrictions).  Recorded, not asserted as bugs.
 ORT_REJECTS_LOWERING_ACCEPTS: Dict[str, Tuple[Callable[[], onnx.ModelProto], str]] = {
-    "head_size_12": (lambda: gqa_model(inputs={"query": (F32, [B, S, H * 12]), "key": (F32, [B, S, HKV * 12]),
-                                               "value": (F32, [B, S, HKV * 12]), "past_key": (F32, [B, HKV, P, 12]),
-                                               "past_value": (F32, [B, HKV, P, 12])}), "run"),
-    "rotary_head_size_8": (lambda: gqa_model(attrs={"do_rotary": 1}, inputs={
-        "query": (F32, [B, S, H * 8]), "key": (F32, [B, S, HKV * 8]), "value": (F32, [B, S, HKV * 8]),
-        "past_key": (F32, [B, HKV, P, 8]), "past_value": (F32, [B, HKV, P, 8]),
-        "cos_cache": (F32, [16, 4]), "sin_cache": (F32, [16, 4])}), "run"),
     "rotary_width_4_of_16": (lambda: gqa_model(attrs={"do_rotary": 1}, inputs={"cos_cache": (F32, [16, 4]), "sin_cache": (F32, [16, 4])}), "run"),
     "cos_cache_rank1_with_rotary_off": (lambda: gqa_model(inputs={"cos_cache": (F32, [128]), "sin_cache": (F32, [128])}), "crashes"),
     "present_key_without_present_value": (lambda: gqa_model(outputs=("output", "present_key")), "run"),

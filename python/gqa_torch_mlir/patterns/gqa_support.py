@@ -80,7 +80,7 @@ class InputRule:
 
 
 INPUTS: List[InputRule] = [
-    InputRule(0, "query", True, "[B,S,H*Dh], or packed QKV [B,S,(H+2*Hkv)*Dh]; f32 or f16 (onnxruntime's CPU kernel has no bf16)"),
+    InputRule(0, "query", True, "[B,S,H*Dh], or packed QKV [B,S,(H+2*Hkv)*Dh]; Dh a multiple of 8 (16 with rotary); f32 or f16 (onnxruntime's CPU kernel has no bf16)"),
     InputRule(1, "key", True, "[B,S,Hkv*Dh]; absent (empty name) with packed QKV"),
     InputRule(2, "value", True, "[B,S,Hkv*Dh]; absent with packed QKV"),
     InputRule(3, "past_key", True, "[B,Hkv,P,Dh] (int8, or uint8 [B,Hkv,P,Dh/2], when quantized) or absent (empty past); present has max(P, total_sequence_length) rows"),
@@ -298,7 +298,16 @@ def _head_size(t: dict, attrs: GqaAttributes) -> int:
     if hidden % heads_in_query:
         form = "num_heads" if t["key"] is not None else "num_heads + 2 * kv_num_heads (packed QKV)"
         raise Refusal(f"hidden size {hidden} is not a multiple of {form} = {heads_in_query}", _input_subject(0))
-    return hidden // heads_in_query
+    head_size = hidden // heads_in_query
+    multiple = 16 if attrs.do_rotary else 8
+    if head_size % multiple:
+        why = " with do_rotary" if attrs.do_rotary else ""
+        raise Refusal(
+            f"head size {head_size} (hidden size {hidden} / {heads_in_query} heads) must be a multiple of {multiple}{why}, "
+            "as onnxruntime's CPU kernel requires",
+            _input_subject(0),
+        )
+    return head_size
 
 
 def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
