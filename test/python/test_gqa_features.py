@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
@@ -133,6 +134,28 @@ def test_flag_value_two_means_off_as_in_onnxruntime(name, cfg, attrs):
     two = run_onnxruntime(make_model(cfg, attrs), feeds)
     assert not _differs(off, two)
     assert not compare(cfg, _run_ours(make_model(cfg, attrs), feeds), off, feeds)
+
+
+def _with_unused_scales(model, shape):
+    """k_scale/v_scale (slots 12, 13) on a model whose cache is not quantized."""
+    node = model.graph.node[0]
+    names = list(node.input) + [""] * (12 - len(node.input))
+    del node.input[:]
+    node.input.extend(names[:12] + ["k_scale", "v_scale"])
+    for name in ("k_scale", "v_scale"):
+        model.graph.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+    return model
+
+
+@pytest.mark.parametrize("shape", [[1], [1, 2, 1, 16]], ids=["per_tensor_shape", "per_channel_shape"])
+def test_scales_without_quantization_are_ignored_as_in_onnxruntime(shape):
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3), rotary=True)
+    model = _with_unused_scales(make_model(cfg), shape)
+    feeds = dict(make_inputs(cfg, seed=3), k_scale=np.full(shape, 0.5, np.float32), v_scale=np.full(shape, 3.0, np.float32))
+    want = run_onnxruntime(model, feeds)
+    assert not _differs(want, run_onnxruntime(make_model(cfg), make_inputs(cfg, seed=3)))
+    problems = compare(cfg, _run_ours(model, feeds), want, feeds)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -92,7 +92,7 @@ INPUTS: List[InputRule] = [
     InputRule(9, "position_ids", True, "int64 [B,S]: rotary positions (a first prompt uses position_ids[0,0] + s, as onnxruntime)"),
     InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
     InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
-    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache"),
+    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache; ignored without one (as onnxruntime)"),
     InputRule(13, "v_scale", True, "like k_scale"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
@@ -342,9 +342,7 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
 def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
     for slot, name in ((12, "k_scale"), (13, "v_scale")):
         scale = t[name]
-        if not attrs.kv_bits:
-            if scale is not None:
-                raise Refusal("is given but k_quant_type/v_quant_type are 'NONE'", _input_subject(slot))
+        if not attrs.kv_bits:  # ignored, as onnxruntime ignores it without quantization
             continue
         if scale is None:
             raise Refusal(f"is required with {attrs.quant_type} quantization", _input_subject(slot))
