@@ -66,6 +66,8 @@ FEATURES = [
     ("int4_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=4), {}),
     ("int4_cache_per_channel_dynamic", C(batch=2, seq=1, past=6, past_lens=(6, 2), kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), {}),
     ("int4_cache_f16_chunk", C(batch=1, seq=3, past=5, kv_bits=4, dtype="float16"), {}),
+    ("qk_output_int8_cache", C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8), {"qk_output": 1}),
+    ("qk_output_probs_int4_cache_chunk", C(batch=1, seq=3, past=5, kv_bits=4, quant_type="PER_CHANNEL"), {"qk_output": 2}),
     ("window_cache_evicting", C(batch=1, seq=1, past=6, past_lens=(9,), window=4, window_cache=True), {}),
     ("window_cache_ragged_rotary", C(batch=2, seq=1, past=6, past_lens=(9, 3), window=4, window_cache=True, rotary=True), {}),
     ("window_cache_dynamic", C(batch=2, seq=1, past=4, past_lens=(11, 4), window=4, window_cache=True, dynamic=True), {}),

@@ -178,8 +178,6 @@ def _check_quantization(values: dict):
         raise Refusal(f"value {bits} needs k_quant_type/v_quant_type other than 'NONE'", "attribute 'kv_cache_bit_width'")
     if quant != "NONE" and bits not in (4, 8):
         raise Refusal(f"value {bits} is not supported with {quant} quantization; supported: 8 or 4", "attribute 'kv_cache_bit_width'")
-    if quant != "NONE" and values["qk_output"]:
-        raise Refusal("is not supported with a quantized cache", "attribute 'qk_output'")
 
 
 def _input_subject(slot: int) -> str:
