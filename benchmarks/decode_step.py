@@ -13,6 +13,11 @@ Two cache modes, each against onnxruntime in the same mode:
 
 Rows:
   ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
+  ours resident        growing mode with the past already on the device
+                       (``InferenceSession.resident``), as a generation loop
+                       with ``share_buffers`` has it; plain ``ours`` uploads
+                       the numpy past every call (onnxruntime reads numpy
+                       memory in place)
   upstream             torch-mlir's C++ lowering compiled the same way (growing
                        mode only: it cannot express the shared one), or why not
   bound                K/V bytes read by the step / the read bandwidth numpy
@@ -106,10 +111,17 @@ def ort_shared(model, feeds, threads) -> Runner:
 # -- ours / upstream on iree-cpu ---------------------------------------------------
 
 
-def ours(model, feeds, threads, shared: bool) -> Runner:
-    sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=shared)
+def ours(model, feeds, threads, shared: bool, resident_past: bool = False) -> Runner:
+    """``shared``: the outputs fed back (one buffer); ``resident_past``: a growing step whose past is
+    already on the device, as a generation loop feeding present back has it; else numpy feeds."""
+    sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=shared or resident_past)
     out, key, value = sess.run(None, feeds)
-    step = dict(feeds, past_key=key, past_value=value) if shared else feeds  # caches stay on the device
+    if shared:
+        step = dict(feeds, past_key=key, past_value=value)  # caches stay on the device
+    elif resident_past:
+        step = dict(feeds, past_key=sess.resident(feeds["past_key"]), past_value=sess.resident(feeds["past_value"]))
+    else:
+        step = feeds
 
     def run():
         return sess.run(None, step)
@@ -206,6 +218,7 @@ def build_runners(past: int, threads: int) -> Dict[str, Runner]:
         runners[f"{mode}/onnxruntime"] = (ort_shared if mode == "shared" else ort_growing)(model, feeds, threads)
         runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=mode == "shared")
         if mode == "growing":
+            runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True)
             try:
                 runners[f"{mode}/upstream"] = upstream(model, feeds, threads)
             except Exception as e:  # noqa: BLE001  (reported, not fatal)

@@ -114,6 +114,16 @@ class InferenceSession:
     def get_outputs(self) -> List[NodeArg]:
         return list(self._outputs)
 
+    def resident(self, array: np.ndarray) -> np.ndarray:
+        """``array`` copied to the device once (``share_buffers``): feeding the result uploads nothing.
+
+        The counterpart of onnxruntime's ``OrtValue``/IO binding for inputs that
+        stay the same across calls or start a generation loop (the first past).
+        """
+        if not getattr(self._compiled, "share_buffers", False):
+            raise GqaTorchMlirError("resident() needs InferenceSession(..., backend='iree-cpu', share_buffers=True)")
+        return self._compiled.resident(array)
+
     @property
     def uploaded_bytes(self) -> Optional[int]:
         """Bytes the last ``run`` copied from host arrays to the device (iree-cpu; None on the refbackend)."""

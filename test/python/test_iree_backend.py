@@ -138,13 +138,14 @@ def test_shared_buffers_update_the_fixed_capacity_cache_in_place():
         if i:
             ours_feeds["past_key"], ours_feeds["past_value"] = ours
             theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        else:  # the first past is put on the device once, as an OrtValue would be
+            ours_feeds["past_key"], ours_feeds["past_value"] = (sess.resident(feeds[n]) for n in ("past_key", "past_value"))
         got = run_session(sess, ours_feeds)
         cache_bytes = ours_feeds["past_key"].nbytes + ours_feeds["past_value"].nbytes
-        if i:  # the caches stayed on the device and were written in place
-            assert np.shares_memory(got["present_key"], ours[0]) and np.shares_memory(got["present_value"], ours[1])
-            assert sess.uploaded_bytes < cache_bytes, (sess.uploaded_bytes, cache_bytes)
-        else:
-            assert sess.uploaded_bytes > cache_bytes
+        assert sess.uploaded_bytes < cache_bytes, (sess.uploaded_bytes, cache_bytes)
+        # the caches stayed on the device and were written in place
+        assert np.shares_memory(got["present_key"], ours_feeds["past_key"])
+        assert np.shares_memory(got["present_value"], ours_feeds["past_value"])
         assert_matches(cfg, got, run_onnxruntime(model, theirs_feeds), theirs_feeds, f"step {i}")
         ours = (got["present_key"], got["present_value"])
         theirs = tuple(run_onnxruntime(model, theirs_feeds)[k] for k in ("present_key", "present_value"))
@@ -164,8 +165,34 @@ def test_without_shared_buffers_a_fed_cache_is_never_changed():
 
 
 def test_shared_buffers_need_iree():
+    model = make_model(_fixed_capacity_steps(1)[0])
     with pytest.raises(GqaTorchMlirError, match="share_buffers needs backend 'iree-cpu'"):
-        InferenceSession(make_model(_fixed_capacity_steps(1)[0]), share_buffers=True)
+        InferenceSession(model, share_buffers=True)
+    with pytest.raises(GqaTorchMlirError, match="resident\\(\\) needs"):
+        InferenceSession(model, backend="iree-cpu", threads=1).resident(np.zeros(3, np.float32))
+
+
+def test_growing_cache_fed_back_stays_on_the_device():
+    """share_buffers with a growing cache: the past is read from the device, present is a new buffer."""
+    steps = [C(batch=1, seq=1, past=4 + i, num_heads=4, kv_num_heads=2, head_size=16, rotary=True, dynamic=True,
+               rotary_cache_len=12) for i in range(3)]
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    ours = theirs = None
+    for i, cfg in enumerate(steps):
+        feeds = make_inputs(cfg, seed=300 + i)
+        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
+        if i:
+            ours_feeds["past_key"], ours_feeds["past_value"] = ours
+            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        before = np.array(ours_feeds["past_key"])
+        got = run_session(sess, ours_feeds)
+        np.testing.assert_array_equal(ours_feeds["past_key"], before)  # a growing step only reads its past
+        if i:  # everything but the caches was uploaded
+            assert sess.uploaded_bytes == sum(v.nbytes for k, v in feeds.items() if not k.startswith("past_"))
+        want = run_onnxruntime(model, theirs_feeds)
+        assert_matches(cfg, got, want, theirs_feeds, f"step {i}")
+        ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
 
 
 def test_gqa_between_onnx_ops():

@@ -440,6 +440,15 @@ class IreeCompiledModule:
             results = (results,)
         return tuple(self._host_result(function, i, r) for i, r in enumerate(results))
 
+    def resident(self, array: np.ndarray) -> np.ndarray:
+        """A copy of ``array`` on the device, as a host view ``invoke`` passes without an upload (share_buffers)."""
+        if not self.share_buffers:
+            raise GqaTorchMlirError("resident arrays need share_buffers=True")
+        device_array = ireert.asdevicearray(self._device, np.ascontiguousarray(array))
+        host = device_array.to_host()
+        self._resident.remember(host, device_array)
+        return host
+
     def _argument(self, a):
         if self.share_buffers:
             device_array = self._resident.device_array_of(a)
