@@ -325,9 +325,11 @@ TORCH_CHECKS = f"""
     TORCH-LABEL: func.func @{{{{.+}}}}({STATIC_TORCH_ARGS}) -> ({STATIC_TORCH_RESULTS})
     TORCH:       torch.aten.index.Tensor %arg7, {{{{.+}}}} -> !torch.vtensor<[2,1,8],f32>
     TORCH:       torch.aten.index.Tensor %arg8, {{{{.+}}}} -> !torch.vtensor<[2,1,8],f32>
-    TORCH:       torch.aten.constant_pad_nd %arg3, {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    TORCH:       torch.aten.slice.Tensor %arg3, {{{{.+}}}} -> !torch.vtensor<[2,2,0,16],f32>
+    TORCH:       torch.aten.cat {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[PK:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
-    TORCH:       torch.aten.constant_pad_nd %arg4, {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    TORCH:       torch.aten.slice.Tensor %arg4, {{{{.+}}}} -> !torch.vtensor<[2,2,0,16],f32>
+    TORCH:       torch.aten.cat {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[PV:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[ATTN:.+]] = torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[PK]], %[[PV]], %{{{{[^,]+}}}}, %{{{{[^,]+}}}}, %false{{{{[_0-9]*}}}}, %none{{{{[_0-9]*}}}}, %true{{{{[_0-9]*}}}} : !torch.vtensor<[2,4,1,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,1,1,8],f32>, !torch.float, !torch.bool, !torch.none, !torch.bool -> !torch.vtensor<[2,4,1,16],f32>
     TORCH:       torch.aten.transpose.int %[[ATTN]], {{{{.+}}}} -> !torch.vtensor<[2,1,4,16],f32>
@@ -336,7 +338,7 @@ TORCH_CHECKS = f"""
 
 BACKEND_CHECKS = f"""
     BACKEND-LABEL: func.func @{{{{.+}}}}({STATIC_TORCH_ARGS}) -> ({STATIC_TORCH_RESULTS})
-    BACKEND-NOT:   torch.aten.unflatten
+    BACKEND-NOT:   torch.aten.view
     BACKEND:       %[[PK:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     BACKEND:       %[[PV:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     BACKEND:       torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[PK]], %[[PV]], {{{{.+}}}} -> !torch.vtensor<[2,4,1,16],f32>
