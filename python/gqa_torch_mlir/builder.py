@@ -203,6 +203,30 @@ class TorchBuilder:
             return min(a, b)
         return self.op("torch.prim.min.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
 
+    def dim_mul(self, a: Dim, b: Dim) -> Dim:
+        if isinstance(a, int) and isinstance(b, int):
+            return a * b
+        return self.op("torch.aten.mul.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    def dim_eq(self, a: Dim, b: Dim):
+        """a == b as a !torch.bool value."""
+        return self.op("torch.aten.eq.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]
+
+    def if_else(self, cond, shape: Sequence[Optional[int]], dtype: str, then_branch, else_branch) -> Tensor:
+        """``torch.prim.If`` on the !torch.bool ``cond``: only the taken branch runs.
+
+        Each branch is a function given a builder that emits into its region
+        and returning a Tensor of ``shape``/``dtype`` (refined types are cast).
+        """
+        type_text = vtensor_type_text(shape, dtype)
+        if_op = self.ir.Operation.create(
+            "torch.prim.If", results=[self.types.get(type_text)], operands=[cond], regions=2, loc=self.loc, ip=self.ip
+        )
+        for region, branch in zip(if_op.regions, (then_branch, else_branch)):
+            inner = TorchBuilder(self.ir, self.types, self.ir.InsertionPoint(region.blocks.append()), self.loc)
+            inner.op("torch.prim.If.yield", [inner.static_info_cast(branch(inner), type_text)], [])
+        return Tensor(if_op.results[0], tuple(shape), dtype)
+
     def runtime_check(self, ok: Tensor, message: str) -> None:
         """Assert at run time that every element of the i1 tensor ``ok`` holds.
 
@@ -224,6 +248,10 @@ class TorchBuilder:
     def in_range(self, t: Tensor, low: Dim, high: Dim) -> Tensor:
         """i1: low <= t <= high, elementwise."""
         return self.logical_and(self.ge_scalar(t, low), self.le_scalar(t, high))
+
+    def dim_tensor(self, d: Dim) -> Tensor:
+        """A Dim as a si64 [] tensor (``prim.NumToTensor``), e.g. to check it at run time."""
+        return self.tensor_op("torch.prim.NumToTensor.Scalar", [self.dim_value(d)], (), "si64")
 
     def item(self, t: Tensor) -> Dim:
         """The value of a one-element integer tensor as a dynamic !torch.int."""

@@ -6,7 +6,7 @@ one-line command reproducing it on a saved copy of its input:
   import               torch-mlir's ONNX importer (no onnx.checker: contrib ops pass)
   convert-onnx-gqa-to-torch   our registered lowerings (must precede the next one)
   torch                func.func(convert-torch-onnx-to-torch): every other ONNX op
-  torch-backend        torch-onnx-to-torch-backend-pipeline (backend contract)
+  torch-backend        torch-onnx-to-torch-backend-pipeline (backend contract; flatten/unflatten kept)
   linalg-on-tensors    torch-backend-to-linalg-on-tensors-backend-pipeline
 """
 
@@ -27,11 +27,19 @@ from .repro import repro_command
 
 OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
 
+# Ops the torch backend contract keeps for linalg-on-tensors, as torch-mlir's own
+# linalg backend does.  Decomposed, flatten/unflatten become aten.view, whose
+# linalg lowering (for two or more dynamic dims) divides by the product of the
+# sizes at run time: an empty batch or sequence then dies of SIGFPE.  Kept,
+# they lower to tensor.collapse_shape / expand_shape, which never divide by a
+# dynamic size.
+LINALG_BACKEND_LEGAL_OPS = ("aten.flatten.using_ints", "aten.unflatten.int")
+
 # (stage name, textual pipeline elements or None for our Python pass, last output type it completes)
 STAGES = [
     (PASS_ARGUMENT, None, None),
     ("torch", "func.func(convert-torch-onnx-to-torch),canonicalize", "torch"),
-    ("torch-backend", "torch-onnx-to-torch-backend-pipeline", "torch-backend"),
+    ("torch-backend", f"torch-onnx-to-torch-backend-pipeline{{backend-legal-ops={','.join(LINALG_BACKEND_LEGAL_OPS)}}}", "torch-backend"),
     ("linalg-on-tensors", "torch-backend-to-linalg-on-tensors-backend-pipeline", "linalg-on-tensors"),
 ]
 

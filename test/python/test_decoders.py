@@ -40,6 +40,7 @@ import gqa_torch_mlir
 from gqa_torch_mlir.testing.decoder import Decoder as GenerationDecoder
 from gqa_torch_mlir import CompileStageError, InferenceSession
 from gqa_torch_mlir.backends.refbackend import RefBackend
+from gqa_torch_mlir.testing.isolated import run_isolated
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "decoders"
 DECODERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.onnx").is_file()) if FIXTURES.is_dir() else []
@@ -413,6 +414,57 @@ def test_gather_block_quantized_refusals():
     assert_refused(gather_block_quantized_model(rng, 8, 32, 16, bits=2), "attribute 'bits'")
     assert_refused(gather_block_quantized_model(rng, 8, 32, 16, gather_axis=1), "attribute 'gather_axis'")
     assert_refused(gather_block_quantized_model(rng, 8, 32, 16, quantize_axis=0), "attribute 'quantize_axis'")
+
+
+# -- empty batch or sequence ------------------------------------------------------------
+
+
+def _norm_model(rng, sizes):
+    x, stat = ["b", "s", 64], ["b", "s", 1]
+    model = node_model("SimplifiedLayerNormalization", [("X", np.float32, x), ("scale", np.float32, [64])],
+                       [("Y", np.float32, x), ("inv_std_var", np.float32, stat)], dict(epsilon=1e-6, axis=-1, stash_type=1))
+    return model, {"X": rng.standard_normal(concrete(x, sizes)).astype(np.float32), "scale": rng.standard_normal(64).astype(np.float32)}
+
+
+def _skip_norm_model(rng, sizes):
+    x, stat = ["b", "s", 64], ["b", "s", 1]
+    inputs = [("input", np.float32, x), ("skip", np.float32, x), ("gamma", np.float32, [64]), ("bias", np.float32, [64])]
+    outputs = [("y", np.float32, x), ("mean", np.float32, stat), ("inv", np.float32, stat), ("sum", np.float32, x)]
+    model = node_model("SkipSimplifiedLayerNormalization", inputs, outputs, dict(epsilon=1e-6), domain="com.microsoft")
+    return model, {n: rng.standard_normal(concrete(shape, sizes)).astype(d) for n, d, shape in inputs}
+
+
+def _matmul_nbits_model(rng, sizes):
+    model, _ = matmul_nbits_model(rng, K=64, N=211, block=64, a_shape=("b", "s", 4))
+    return model, {"A": rng.standard_normal(concrete(["b", "s", 4, 64], sizes)).astype(np.float32)}
+
+
+def _gather_model(rng, sizes):
+    model = gather_block_quantized_model(rng, V=50, D=80, block=32, zero_points=True)
+    return model, {"indices": rng.integers(-50, 50, size=concrete(["b", "s"], sizes)).astype(np.int64)}
+
+
+EMPTY_MODELS = {
+    "SimplifiedLayerNormalization": _norm_model,
+    "SkipSimplifiedLayerNormalization": _skip_norm_model,
+    "MatMulNBits": _matmul_nbits_model,  # divided by an empty batch at run time before the fix (SIGFPE)
+    "GatherBlockQuantized": _gather_model,  # the same
+}
+
+
+@pytest.mark.parametrize("sizes", [{"b": 0, "s": 3}, {"b": 2, "s": 0}], ids=["empty-batch", "empty-sequence"])
+@pytest.mark.parametrize("op", sorted(EMPTY_MODELS))
+def test_empty_batch_or_sequence(op, sizes, tmp_path):
+    """Dynamic dims that are 0 at run time give onnxruntime's empty outputs (run in child processes: a crash fails the test)."""
+    model, feeds = EMPTY_MODELS[op](np.random.default_rng(RNG_SEED), sizes)
+    ours = run_isolated(model, feeds, tmp_path)
+    assert ours.results is not None, ours.describe()
+    theirs = run_isolated(model, feeds, tmp_path, engine="onnxruntime")
+    assert theirs.results is not None, theirs.describe()
+    assert sorted(ours.results) == sorted(theirs.results)
+    for name, want in theirs.results.items():
+        assert want.size == 0, name
+        assert (ours.results[name].shape, ours.results[name].dtype) == (want.shape, want.dtype), name
 
 
 # -- Gelu -----------------------------------------------------------------------------

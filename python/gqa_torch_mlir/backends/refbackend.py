@@ -13,7 +13,9 @@ three stages, each a pass pipeline of its own:
 
 ``refbackend-bufferize``
     tensor -> memref (one-shot bufferization across function boundaries, with
-    identity layouts at the boundaries), plus deallocation of temporaries.
+    identity layouts at the boundaries), plus deallocation of temporaries
+    (on the module: buffers yielded by an ``scf.if`` need the deallocation
+    helper function it adds there).
 ``refbackend-munge-calling-conventions``
     ``refback-munge-calling-conventions`` rewrites every public function to
     take unranked memrefs and return nothing; each ``return`` becomes a call
@@ -48,6 +50,7 @@ are not supported.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import shlex
 import threading
@@ -109,7 +112,7 @@ _BUFFERIZE = _Stage(
         "one-shot-bufferize{copy-before-write bufferize-function-boundaries "
         "function-boundary-type-conversion=identity-layout-map}",
         "refback-mlprogram-bufferize",
-        "func.func(buffer-deallocation-pipeline)",
+        "buffer-deallocation-pipeline",
     ),
 )
 _MUNGE = _Stage("refbackend-munge-calling-conventions", ("refback-munge-calling-conventions",))
@@ -381,7 +384,18 @@ def _check_argument(function: str, index: int, spec: TensorSpec, arg: object) ->
     if not fits:
         got = TensorSpec(array.shape, array.dtype)
         raise RuntimeInvocationError(f"@{function} argument {index}: expected {spec}, got {got}")
-    return array
+    return _with_row_major_strides(array) if array.size == 0 else array
+
+
+def _with_row_major_strides(empty: np.ndarray) -> np.ndarray:
+    """An empty array with the strides of a row-major layout.
+
+    numpy calls any empty array C-contiguous but gives it zero (or a sliced
+    parent's) strides; the descriptor passes them on, and runtime verification
+    rejects strides that contradict the identity layout (no element is read).
+    """
+    strides = [empty.itemsize * math.prod(empty.shape[i + 1 :]) for i in range(empty.ndim)]
+    return np.lib.stride_tricks.as_strided(empty, strides=strides)
 
 
 def _check_arguments(function: str, specs: list[TensorSpec], args: tuple) -> list[np.ndarray]:

@@ -45,7 +45,7 @@ class WindowPlan:
 
 def resident_rows(tb: TorchBuilder, tokens_B: Tensor, C: Dim, W: int) -> Tensor:
     """L(T) per batch row, si64 [B]."""
-    G = tb.dim_add(tb.dim_sub(C, W), 1)  # C - W + 1
+    G = tb.dim_max(tb.dim_add(tb.dim_sub(C, W), 1), 1)  # C - W + 1 (>= 1: a capacity below W fails a run-time check)
     over_B = tb.add_scalar(tokens_B, tb.dim_sub(0, C))  # T - C
     blocks_B = tb.floor_divide_scalar(tb.add_scalar(over_B, tb.dim_sub(G, 1)), G)  # ceil((T - C) / G)
     evicted_B = tb.sub(tokens_B, tb.mul_int_scalar(blocks_B, G))  # T - G * ceil(...)

@@ -91,7 +91,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     past_key, past_value = past_caches(tb, ins, attrs)
     if attrs.window_cache:  # attention reads the staged rows; the buffer keeps the resident ones
-        check_window_lengths(tb, step)
+        check_window_lengths(tb, step, past_key, attrs.local_window_size)
         plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
         read_key_BHkvTDc, present_key_BHkvTDc = plan.apply(tb, past_key, key_BHkvSDc)
         read_value_BHkvTDc, present_value_BHkvTDc = plan.apply(tb, past_value, value_BHkvSDc)
@@ -195,10 +195,24 @@ def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
         return step.position_BS
     if step.first_prompt is None:  # right-padded chunks: every row reads its own ids
         return ins.position_ids
-    # B >= 1 and S >= 1 (onnxruntime requires both), so [0:1, 0:1] is in bounds.
-    base_11 = tb.slice(tb.slice(ins.position_ids, 0, 0, 1, in_bounds=True), 1, 0, 1, in_bounds=True)  # [B,S] -> [1,1]
+    base_11 = first_position(tb, ins.position_ids)  # [B,S] -> [1,1]
     first_prompt_1S = tb.add(base_11, tb.arange(step.S))  # [1,1] + [S] -> [1,S]
     return tb.where(step.first_prompt, first_prompt_1S, ins.position_ids)  # -> [B,S]
+
+
+def first_position(tb: TorchBuilder, position_ids_BS: Tensor) -> Tensor:
+    """position_ids[0:1, 0:1], in bounds even for an empty batch or sequence.
+
+    A dynamic B or S may be 0 at run time: a zero row and column are appended
+    first, so the slice reads the padding then (its value is never used: the
+    result has no element).
+    """
+    first_BS = position_ids_BS
+    for dim in (0, 1):
+        if first_BS.shape[dim] is None:
+            first_BS = tb.pad_dim_end(first_BS, dim, 1)  # [B,S] -> [B+1,S] -> [B+1,S+1]
+    first_1S = tb.slice(first_BS, 0, 0, 1, in_bounds=True)  # -> [1,S]
+    return tb.slice(first_1S, 1, 0, 1, in_bounds=True)  # -> [1,1]
 
 
 @dataclass
@@ -297,11 +311,17 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, T: 
     return tb.clamp_int(step.position_BS, 0, last)
 
 
-def check_window_lengths(tb: TorchBuilder, step: Step) -> None:
+def check_window_lengths(tb: TorchBuilder, step: Step, past_BHkvCDc: Tensor, W: int) -> None:
     tb.runtime_check(
         tb.logical_and(tb.ge_scalar(step.seqlens_B, 0), tb.ge_scalar(step.past_len_B, 0)),
         "GroupQueryAttention: seqlens_k[b] must be >= 0 and seqlens_k[b] + 1 >= the step's new tokens",
     )
+    if past_BHkvCDc.shape[2] is None:  # a static capacity below W is refused at compile time
+        tb.runtime_check(
+            tb.ge_scalar(tb.dim_tensor(tb.size(past_BHkvCDc, 2)), W),
+            "GroupQueryAttention: sliding_window_cache: the cache capacity (past_key dimension 2) must be at least "
+            "local_window_size (onnxruntime rejects it otherwise)",
+        )
 
 
 def checked_rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
@@ -480,7 +500,25 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
     q, k, v, mask = (tb.to_dtype(t, "f32") for t in (query_BHSDh, key_BHkvTDh, value_BHkvTDh, mask_B1ST))
     if not math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=1e-7, abs_tol=0.0):
         q = tb.mul_scalar(q, scale * math.sqrt(Dh))
-    return tb.to_dtype(tb.sdpa(q, k, v, mask, enable_gqa=True), dtype)
+    attn_BHSDh = unless_empty(tb, q, k, lambda inner: inner.sdpa(q, k, v, mask, enable_gqa=True))
+    return tb.to_dtype(attn_BHSDh, dtype)
+
+
+def unless_empty(tb: TorchBuilder, query_BHSDh: Tensor, key_BHkvTDh: Tensor, attend) -> Tensor:
+    """``attend(tb)``, skipped for zeros [B,H,S,Dh] when a dynamic B, S or T is 0 at run time.
+
+    torch-mlir's loop lowering of SDPA (tm_tensor.attention) reads the first
+    score before looping over them: out of bounds of an empty score buffer.
+    """
+    sizes = (tb.size(query_BHSDh, 0), tb.size(query_BHSDh, 2), tb.size(key_BHkvTDh, 2))
+    dynamic = [d for d in sizes if not isinstance(d, int)]  # static sizes are >= 1 (empty ones are refused)
+    if not dynamic:
+        return attend(tb)
+    elements = dynamic[0]
+    for d in dynamic[1:]:
+        elements = tb.dim_mul(elements, d)  # B*S*T (its dynamic factors)
+    empty = tb.dim_eq(elements, 0)
+    return tb.if_else(empty, query_BHSDh.shape, query_BHSDh.dtype, lambda inner: inner.full_like(query_BHSDh, 0.0), attend)
 
 
 def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias):

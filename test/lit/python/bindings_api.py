@@ -88,6 +88,27 @@ def emit_error_and_signal_pass_failure():
         print("caught MLIRError:", e.error_diagnostics[0].message)
 
 
+# CHECK-LABEL: TEST: op_with_regions_and_appended_blocks
+# CHECK: torch.prim.If %{{.+}} -> (!torch.vtensor<[2],f32>) {
+# CHECK-NEXT: torch.aten.neg %arg0
+# CHECK-NEXT: torch.prim.If.yield
+# CHECK-NEXT: } else {
+# CHECK-NEXT: torch.prim.If.yield %arg0
+@run
+def op_with_regions_and_appended_blocks():
+    module = ir.Module.parse(ADD.replace("%OPSET%", "17"))
+    foo = next(op for op in module.body.operations[0].regions[0].blocks[0].operations if op.operation.name == "torch.operator")
+    arg, f32x2 = foo.operands[0], foo.results[0].type
+    true = ir.Operation.create("torch.constant.bool", results=[ir.Type.parse("!torch.bool")], attributes={"value": ir.BoolAttr.get(True)}, ip=ir.InsertionPoint(foo))
+    if_op = ir.Operation.create("torch.prim.If", results=[f32x2], operands=[true.result], regions=2, ip=ir.InsertionPoint(foo))
+    then_block, else_block = (region.blocks.append() for region in if_op.regions)
+    neg = ir.Operation.create("torch.aten.neg", results=[f32x2], operands=[arg], ip=ir.InsertionPoint(then_block))
+    ir.Operation.create("torch.prim.If.yield", operands=[neg.result], ip=ir.InsertionPoint(then_block))
+    ir.Operation.create("torch.prim.If.yield", operands=[arg], ip=ir.InsertionPoint(else_block))
+    module.operation.verify()
+    print(module)
+
+
 def _toy_registry():
     registry = Registry()
 
