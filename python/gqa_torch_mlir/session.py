@@ -48,6 +48,14 @@ BACKENDS = ("refbackend", "iree-cpu")
 DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed"}
 
 
+SDPA_ON_REFBACKEND = (
+    "attention='sdpa' is refused on the refbackend: torch-mlir's loop lowering of scaled_dot_product_attention "
+    "(tm_tensor.attention) normalizes with one maximum over all batch rows and heads, so a row whose scores lie "
+    "~100 below another's comes out wrong (no error) and a NaN score reaches every head; use attention='decomposed' "
+    "(the default) or backend='iree-cpu'"
+)
+
+
 @dataclass(frozen=True)
 class NodeArg:
     """A graph input or output as onnxruntime describes it."""
@@ -99,6 +107,8 @@ class InferenceSession:
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
+        if backend == "refbackend" and attention == "sdpa":
+            raise GqaTorchMlirError(SDPA_ON_REFBACKEND)
         if share_buffers and backend != "iree-cpu":
             raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' (the {backend} copies every input and output)")
         proto = load_model(model)

@@ -129,7 +129,7 @@ EMPTY_CASES = [
     ("fixed_capacity", C(batch=2, seq=1, past=6, fixed_capacity=True, dynamic=True), "decomposed"),
     ("window_cache", WINDOW_DYNAMIC, "decomposed"),
     ("int4_cache", C(batch=2, seq=1, past=4, kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), "decomposed"),
-    ("packed_sdpa", C(batch=2, seq=1, past=4, packed=True, dynamic=True), "sdpa"),
+    ("packed", C(batch=2, seq=1, past=4, packed=True, dynamic=True), "decomposed"),
 ]
 # An empty sequence with no past is an empty first prompt: total_sequence_length 0.
 EMPTY_PROMPT_REFUSAL = "total_sequence_length must equal past length + S (growing cache) or be at most the past length (fixed capacity), and be >= 1"
@@ -201,8 +201,9 @@ def test_empty_batch_or_sequence_at_run_time(name, cfg, attention, empty, tmp_pa
 
 
 @pytest.mark.parametrize("empty", ["batch", "sequence"])
-def test_empty_batch_or_sequence_on_iree(empty, tmp_path):
-    check_empty_step(EMPTY_CASES[0][1], "sdpa", empty, tmp_path, backend="iree-cpu")
+@pytest.mark.parametrize("attention", ["decomposed", "sdpa"])
+def test_empty_batch_or_sequence_on_iree(empty, attention, tmp_path):
+    check_empty_step(C(batch=2, seq=1, past=4, packed=True, dynamic=True), attention, empty, tmp_path, backend="iree-cpu")
 
 
 def test_isolated_runs_report_a_crash(tmp_path):
@@ -232,22 +233,14 @@ def _nan_key_row(feeds):
     return {(1, 0), (1, 1)}  # the query heads of KV head 0
 
 
-@pytest.mark.parametrize(
-    "attention",
-    [
-        "decomposed",
-        pytest.param("sdpa", marks=pytest.mark.xfail(strict=True, reason=(
-            "torch-mlir's loop lowering of SDPA (tm_tensor.attention) shifts the scores by one maximum over "
-            "all batch rows and heads: a NaN score reaches every output"))),
-    ],
-)
+@pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("sdpa", "iree-cpu")])
 @pytest.mark.parametrize("poison", [_nan_query_head, _nan_key_row], ids=["query_head", "kv_head_key"])
-def test_nan_reaches_only_the_heads_that_read_it(poison, attention):
+def test_nan_reaches_only_the_heads_that_read_it(poison, attention, backend):
     cfg, Dh = NAN_CFG, NAN_CFG.head_size
     model, feeds = make_model(cfg), make_inputs(cfg)
     readers = poison(feeds)
     want = run_onnxruntime(model, feeds)
-    session = InferenceSession(model, attention=attention)
+    session = InferenceSession(model, backend=backend, threads=1, attention=attention)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     nan_BH = np.isnan(got["output"].reshape(cfg.batch, cfg.seq, cfg.num_heads, Dh)).any(axis=(1, 3))
     assert {tuple(int(i) for i in bh) for bh in np.argwhere(nan_BH)} == readers

@@ -483,3 +483,9 @@ def test_bad_path_raises_with_path(loader: str, kind: str, tmp_path):
         with pytest.raises(GqaTorchMlirError) as info:
             LOADERS[loader](arg)
         assert str(path) in str(info.value), f"path not in message: {info.value}"
+
+
+def test_sdpa_is_refused_on_the_refbackend():
+    """torch-mlir's loop lowering of SDPA normalizes with one maximum over the whole batch: wrong rows, no error."""
+    with pytest.raises(GqaTorchMlirError, match="attention='sdpa' is refused on the refbackend"):
+        InferenceSession(make_model(DECODE), attention="sdpa")
