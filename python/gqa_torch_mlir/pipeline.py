@@ -19,7 +19,7 @@ from typing import Callable, Optional, Union
 import onnx
 
 from .context import make_context
-from .errors import CompileStageError, GqaTorchMlirError
+from .errors import CompileStageError, GqaTorchMlirError, LoweringError
 from .onnx_shapes import infer_shapes_with_contrib_ops
 from .options import LoweringOptions
 from .passes import PASS_ARGUMENT, add_pass
@@ -78,11 +78,44 @@ def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
     return fixed
 
 
+def check_contrib_domains(proto: onnx.ModelProto) -> None:
+    """Refuse a contrib op we lower placed in the default ONNX domain.
+
+    torch-mlir's importer names every node ``onnx.<OpType>`` whatever its
+    domain, so the pass cannot tell; onnxruntime refuses such a model at load
+    (it defines e.g. GroupQueryAttention in com.microsoft only).
+    """
+    from . import patterns  # noqa: F401  (registers the lowerings)
+    from .registry import REGISTRY
+
+    for node in _all_nodes(proto.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
+        if domains and "" not in domains and "ai.onnx" not in domains:
+            where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"
+            message = (
+                f"{where}: {node.op_type} is in the default ONNX domain; onnxruntime defines it in "
+                f"{', '.join(sorted(domains))} only (set the node's domain)"
+            )
+            raise LoweringError(message, [message])
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _all_nodes(sub)
+
+
 def import_onnx(model: ModelLike, context=None):
     """Import into a torch-dialect module with ``torch.operator "onnx.*"`` ops."""
     from torch_mlir.extras import onnx_importer
 
-    proto = with_node_domains_imported(infer_shapes_with_contrib_ops(load_model(model)))
+    proto = load_model(model)
+    check_contrib_domains(proto)
+    proto = with_node_domains_imported(infer_shapes_with_contrib_ops(proto))
     context = context or make_context()
     try:
         info = onnx_importer.ModelInfo(proto)

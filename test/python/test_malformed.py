@@ -242,6 +242,8 @@ CASES: List[Case] = [
          **_inp(query=(F32, [B, S, H * 8]), key=(F32, [B, S, HKV * 8]), value=(F32, [B, S, HKV * 8]),
                 past_key=(F32, [B, HKV, P, 8]), past_value=(F32, [B, HKV, P, 8]),
                 cos_cache=(F32, [16, 4]), sin_cache=(F32, [16, 4]))),
+    case("op_in_the_default_domain", ["node 'gqa'", "default ONNX domain", "com.microsoft"], "load",
+         edit=lambda m: setattr(m.graph.node[0], "domain", "")),
     case("key_hidden_not_kv_heads_times_head_size", [K1, "kv_num_heads * head_size (32)"], "run", **_inp(key=(F32, [B, S, 48]))),
     case("value_hidden_differs_from_key", [V2, "kv_num_heads * head_size (32)"], "run", **_inp(value=(F32, [B, S, 48]))),
     case("query_hidden_dynamic", [Q0, "hidden size", "static"], "accepts",
@@ -381,7 +383,6 @@ ORT_REJECTS_LOWERING_ACCEPTS: Dict[str, Tuple[Callable[[], onnx.ModelProto], str
     "rotary_width_4_of_16": (lambda: gqa_model(attrs={"do_rotary": 1}, inputs={"cos_cache": (F32, [16, 4]), "sin_cache": (F32, [16, 4])}), "run"),
     "cos_cache_rank1_with_rotary_off": (lambda: gqa_model(inputs={"cos_cache": (F32, [128]), "sin_cache": (F32, [128])}), "crashes"),
     "present_key_without_present_value": (lambda: gqa_model(outputs=("output", "present_key")), "run"),
-    "op_in_the_default_domain": (lambda: gqa_model(edit=lambda m: setattr(m.graph.node[0], "domain", "")), "load"),
 }
 
 

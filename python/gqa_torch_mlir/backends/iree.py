@@ -77,7 +77,7 @@ from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, Runtim
 from ..onnx_shapes import infer_shapes_with_contrib_ops
 from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, apply_lowerings
-from ..pipeline import ModelLike, load_model
+from ..pipeline import ModelLike, check_contrib_domains, load_model
 from ..repro import repro_command, save_stage_input
 
 __all__ = ["COMPILE_FLAGS", "IreeCompiledModule", "IreeCpuBackend", "LoweredModule"]
@@ -243,7 +243,9 @@ class IreeCpuBackend:
 
     def lower(self, model: ModelLike) -> LoweredModule:
         """Import ``model`` into a new IREE session's context and run our pass there."""
-        proto = infer_shapes_with_contrib_ops(load_model(model))
+        proto = load_model(model)
+        check_contrib_domains(proto)
+        proto = infer_shapes_with_contrib_ops(proto)
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
