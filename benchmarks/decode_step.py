@@ -10,6 +10,8 @@ Two cache modes, each against onnxruntime in the same mode:
 ``shared``   onnxruntime-genai's fixed buffers: capacity P+1, past and present
              the same buffer (onnxruntime: IO binding of one OrtValue to both;
              ours: ``share_buffers=True`` with the outputs fed back).
+``shared@4096`` the same with a 4096-row buffer holding P valid rows (a
+             buffer of max_length rows early in a generation).
 
 Rows:
   ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
@@ -62,11 +64,17 @@ class Runner:
     written: Optional[str] = None  # stream-level write summary
 
 
+CAPACITY = 4096  # a shared buffer of max_length rows holding fewer valid ones
+
+
 def configs(past: int) -> Dict[str, GQAConfig]:
-    return {
+    modes = {
         "growing": GQAConfig(past=past, **HEADS),
         "shared": GQAConfig(past=past + 1, past_lens=(past,), fixed_capacity=True, **HEADS),
     }
+    if past + 1 < CAPACITY:
+        modes[f"shared@{CAPACITY}"] = GQAConfig(past=CAPACITY, past_lens=(past,), fixed_capacity=True, **HEADS)
+    return modes
 
 
 # -- onnxruntime -------------------------------------------------------------------
@@ -215,8 +223,9 @@ def build_runners(past: int, threads: int) -> Dict[str, Runner]:
     runners: Dict[str, Runner] = {}
     for mode, cfg in configs(past).items():
         model, feeds = make_model(cfg), make_inputs(cfg)
-        runners[f"{mode}/onnxruntime"] = (ort_shared if mode == "shared" else ort_growing)(model, feeds, threads)
-        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=mode == "shared")
+        shared = mode.startswith("shared")
+        runners[f"{mode}/onnxruntime"] = (ort_shared if shared else ort_growing)(model, feeds, threads)
+        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared)
         if mode == "growing":
             runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True)
             try:

@@ -154,7 +154,9 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // Dynamic batch, sequence and cache lengths: S is read once with aten.size.int
 // and feeds past_len and arange; the cache grows by clamp(total - P, 0, S) rows,
 // read from total_sequence_length at run time (S for a growing cache, 0 for a
-// fixed-capacity buffer); T = size of the grown cache feeds the mask.
+// fixed-capacity buffer). Such a cache may be a fixed-capacity buffer, so
+// attention reads its rows [0, R), R = clamp(max(seqlens_k) + 1, 1, T): the
+// rows onnxruntime reads, whatever the capacity; R feeds the mask.
 // Batch needs no size op (expand keeps it with -1). Trailing optional slots
 // dropped by the exporter (7 operands) read as absent.
 // CHECK-LABEL: func.func @dynamic_batch_seq
@@ -172,7 +174,11 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
 // CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]]
 // CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
-// CHECK:         torch.aten.arange %[[T]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:         %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si64> -> !torch.int
+// CHECK:         %[[ROWS:.+]] = torch.prim.max.int %{{.+}}, %int1
+// CHECK:         %[[READ_K:.+]] = torch.aten.slice.Tensor %[[PRESENT_K]], %int2, %int0, %[[ROWS]], %int1
+// CHECK:         %[[R:.+]] = torch.aten.size.int %[[READ_K]], %int2
+// CHECK:         torch.aten.arange %[[R]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
 // CHECK:         torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
 // CHECK-NOT:     torch.aten.size.int
 // CHECK:         return

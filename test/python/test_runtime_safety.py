@@ -250,3 +250,18 @@ def test_nan_reaches_only_the_heads_that_read_it(poison, attention, backend):
         for name in ("present_key", "present_value"):
             rows = slice(0, last + 1)
             np.testing.assert_allclose(got[name][b, :, rows], want[name][b, :, rows], rtol=1e-4, atol=1e-4, equal_nan=True, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_fixed_capacity_rows_past_every_seqlens_are_never_read(backend, dynamic):
+    """A shared buffer's rows past max(seqlens_k) + 1 may hold anything (NaN here): onnxruntime never reads them, nor do we."""
+    cfg = C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True, rotary=True, dynamic=dynamic)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    for name in ("past_key", "past_value"):
+        feeds[name][:, :, 8:] = np.nan
+    want = run_onnxruntime(model, feeds)
+    assert np.isfinite(want["output"]).all()
+    session = InferenceSession(model, backend=backend, threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, want, feeds)

@@ -104,7 +104,12 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
         present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
         read_key_BHkvTDc, read_value_BHkvTDc = present_key_BHkvTDc, present_value_BHkvTDc
-        key_pos = tb.arange(tb.size(present_key_BHkvTDc, 2))  # [T]
+        may_be_fixed = not (isinstance(capacity_growth, int) and capacity_growth > 0)  # a growing cache reads all rows
+        if may_be_fixed and ins.attention_bias is None and not attrs.qk_output:
+            rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
+            read_key_BHkvTDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
+            read_value_BHkvTDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
+        key_pos = tb.arange(tb.size(read_key_BHkvTDc, 2))  # [T] (or [R])
     key_BHkvTDh, value_BHkvTDh = codec.decode(tb, read_key_BHkvTDc, "key"), codec.decode(tb, read_value_BHkvTDc, "value")
     visible_BST = visible_keys(tb, step, attrs, key_pos)
     if attrs.window_cache:
@@ -393,6 +398,17 @@ def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, ind
     else:  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
         grown_BHkvTDh = tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
     return tb.scatter_src(grown_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+
+
+def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
+    """R = max_b(seqlens_k[b]) + 1 clamped to [1, T]: the fixed-capacity rows attention can see.
+
+    onnxruntime's kernel reads only rows [0, seqlens_k[b]]; a shared buffer's
+    capacity (max_length) is usually far larger, and the rows past the valid
+    ones may hold anything (a NaN there would reach P.V as 0 * NaN).
+    """
+    last = tb.item(tb.amax(step.seqlens_B, 0))  # [B] -> [1] -> int
+    return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
 
 
 def grow_rows(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
