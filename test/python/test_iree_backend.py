@@ -41,6 +41,15 @@ def run_session(sess: InferenceSession, feeds: dict) -> dict:
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
+def fed_back(feeds: dict, ours, theirs):
+    """A step's feeds twice: with our previous (present_key, present_value) and with onnxruntime's (as drawn at first)."""
+    ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
+    if ours is not None:
+        ours_feeds["past_key"], ours_feeds["past_value"] = ours
+        theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+    return ours_feeds, theirs_feeds
+
+
 def assert_matches(cfg, got, want, feeds, what=""):
     problems = compare(cfg, got, want, feeds)
     assert not problems, f"{what or cfg.name}:\n" + "\n".join(problems)
@@ -110,10 +119,7 @@ def test_prefill_then_decode_feeding_the_cache_back():
     ours = theirs = None
     for i, cfg in enumerate(steps):
         feeds = make_inputs(cfg, seed=100 + i)
-        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
-        if i:
-            ours_feeds["past_key"], ours_feeds["past_value"] = ours
-            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        ours_feeds, theirs_feeds = fed_back(feeds, ours, theirs)
         got = run_session(sess, ours_feeds)
         want = run_onnxruntime(model, theirs_feeds)
         assert got["present_key"].shape == (1, 2, cfg.total, 16)
@@ -134,11 +140,8 @@ def test_shared_buffers_update_the_fixed_capacity_cache_in_place():
     ours = theirs = None
     for i, cfg in enumerate(steps):
         feeds = make_inputs(cfg, seed=200 + i)
-        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
-        if i:
-            ours_feeds["past_key"], ours_feeds["past_value"] = ours
-            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
-        else:  # the first past is put on the device once, as an OrtValue would be
+        ours_feeds, theirs_feeds = fed_back(feeds, ours, theirs)
+        if not i:  # the first past is put on the device once, as an OrtValue would be
             ours_feeds["past_key"], ours_feeds["past_value"] = (sess.resident(feeds[n]) for n in ("past_key", "past_value"))
         got = run_session(sess, ours_feeds)
         cache_bytes = ours_feeds["past_key"].nbytes + ours_feeds["past_value"].nbytes
@@ -146,9 +149,9 @@ def test_shared_buffers_update_the_fixed_capacity_cache_in_place():
         # the caches stayed on the device and were written in place
         assert np.shares_memory(got["present_key"], ours_feeds["past_key"])
         assert np.shares_memory(got["present_value"], ours_feeds["past_value"])
-        assert_matches(cfg, got, run_onnxruntime(model, theirs_feeds), theirs_feeds, f"step {i}")
-        ours = (got["present_key"], got["present_value"])
-        theirs = tuple(run_onnxruntime(model, theirs_feeds)[k] for k in ("present_key", "present_value"))
+        want = run_onnxruntime(model, theirs_feeds)
+        assert_matches(cfg, got, want, theirs_feeds, f"step {i}")
+        ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
 
 
 def test_without_shared_buffers_a_fed_cache_is_never_changed():
@@ -181,10 +184,7 @@ def test_growing_cache_fed_back_stays_on_the_device():
     ours = theirs = None
     for i, cfg in enumerate(steps):
         feeds = make_inputs(cfg, seed=300 + i)
-        ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
-        if i:
-            ours_feeds["past_key"], ours_feeds["past_value"] = ours
-            theirs_feeds["past_key"], theirs_feeds["past_value"] = theirs
+        ours_feeds, theirs_feeds = fed_back(feeds, ours, theirs)
         before = np.array(ours_feeds["past_key"])
         got = run_session(sess, ours_feeds)
         np.testing.assert_array_equal(ours_feeds["past_key"], before)  # a growing step only reads its past
