@@ -353,6 +353,10 @@ class TorchBuilder:
         operands = [self.dim_value(end), self.int(DTYPE_CODES[dtype]), n, n, n]
         return self.tensor_op("torch.aten.arange", operands, (self.static(end),), dtype)
 
+    def flip(self, t: Tensor, dim: int) -> Tensor:
+        """Reverse ``t`` along ``dim``."""
+        return self.tensor_op("torch.aten.flip", [t.value, self.int_list([dim])], t.shape, t.dtype)
+
     def add_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
         """``t + scalar`` with an int scalar (static or a !torch.int value)."""
         return self.tensor_op("torch.aten.add.Scalar", [t.value, self.dim_value(scalar), self.int(1)], t.shape, t.dtype)
