@@ -86,6 +86,9 @@ def ort_session(model: onnx.ModelProto, threads: int):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    # Its pool's threads spin after each run by default: measured alternately on
+    # few cores, they would steal the cores of whichever runner goes next.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
