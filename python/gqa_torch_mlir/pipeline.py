@@ -22,7 +22,8 @@ from .context import make_context
 from .errors import CompileStageError, GqaTorchMlirError, LoweringError
 from .onnx_shapes import infer_shapes_with_contrib_ops
 from .options import LoweringOptions
-from .passes import PASS_ARGUMENT, add_pass
+from .passes import PASS_ARGUMENT, add_pass  # (importing passes registers the lowerings)
+from .registry import REGISTRY
 from .repro import repro_command
 
 OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
@@ -85,9 +86,6 @@ def check_contrib_domains(proto: onnx.ModelProto) -> None:
     domain, so the pass cannot tell; onnxruntime refuses such a model at load
     (it defines e.g. GroupQueryAttention in com.microsoft only).
     """
-    from . import patterns  # noqa: F401  (registers the lowerings)
-    from .registry import REGISTRY
-
     for node in _all_nodes(proto.graph):
         if node.domain not in ("", "ai.onnx"):
             continue
