@@ -336,6 +336,22 @@ def test_iree_failure_raises_compile_stage_error_with_iree_compile_repro():
     assert proc.returncode != 0 and "onnx.FancyOp" in proc.stderr
 
 
+def test_failed_run_time_check_raises_its_message():
+    """IREE's VM fails the call on our check: the user gets the check's message, not the VM's stack listing."""
+    cfg = C(batch=1, seq=1, past=4, attention_bias="BH", dynamic=True)
+    good = make_inputs(cfg)
+    bias = good["attention_bias"]
+    bad = dict(good, attention_bias=np.pad(bias, [(0, 0)] * 3 + [(0, 7 - bias.shape[3])]))
+    sess = InferenceSession(make_model(cfg), backend="iree-cpu", threads=1)
+    with pytest.raises(RuntimeInvocationError) as info:
+        sess.run(None, bad)
+    text = str(info.value)
+    assert "attention_bias's last dimension must equal total_sequence_length" in text, text
+    assert "bytecode module" not in text and "FAILED_PRECONDITION" not in text, text
+    assert "bytecode module" in str(info.value.__cause__)  # IREE's whole report is kept
+    assert_matches(cfg, run_session(sess, good), run_onnxruntime(make_model(cfg), good), good, "after the failure")
+
+
 def test_bad_flag_is_a_stage_error():
     with pytest.raises(CompileStageError) as info:
         IreeCpuBackend(threads=1, extra_flags=["--iree-no-such-flag"]).compile(make_model(C()))

@@ -2,7 +2,9 @@
 
 Each test writes a small torch-dialect function, lowers it with torch-mlir's
 torch-backend-to-linalg-on-tensors-backend-pipeline, JIT-compiles it with
-RefBackend and compares the results against numpy.
+RefBackend and compares the results against numpy.  The run-time check tests
+(at the end) also write linalg-on-tensors directly: a failed ``cf.assert``
+raises RuntimeInvocationError and stops the call, the process goes on.
 """
 
 from __future__ import annotations
@@ -367,3 +369,183 @@ def test_torch_level_module_is_rejected_by_signature_stage():
         RefBackend().compile(module)
     assert info.value.stage == "refbackend-signature"
     assert "@add argument 0 has type !torch.vtensor<[?,3],f32>" in info.value.diagnostics
+
+
+# ---------------------------------------------------------------------------
+# run-time checks: a failed cf.assert stops the call, the process goes on
+# ---------------------------------------------------------------------------
+
+BROADCAST = f"""
+func.func @add(%a: {vt('?', 'f32')}, %b: {vt('?', 'f32')}) -> {vt('?', 'f32')} {{
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.add.Tensor %a, %b, %int1 : {vt('?', 'f32')}, {vt('?', 'f32')}, !torch.int -> {vt('?', 'f32')}
+  return %0 : {vt('?', 'f32')}
+}}"""
+
+
+@pytest.mark.parametrize("runtime_verification", [False, True], ids=["plain", "verified"])
+def test_torch_mlir_assert_stops_the_call(runtime_verification):
+    """torch-mlir's own "mismatched size for broadcast" assert once aborted the process."""
+    module = to_linalg(BROADCAST)
+    assert '"mismatched size for broadcast"' in str(module)
+    compiled = RefBackend(runtime_verification=runtime_verification).compile(module)
+    with pytest.raises(RuntimeInvocationError, match=r"^@add: mismatched size for broadcast$"):
+        compiled.invoke("add", rand(3, np.float32), rand(4, np.float32))
+    a, b = rand(5, np.float32), rand(5, np.float32)
+    np.testing.assert_allclose(compiled.invoke("add", a, b)[0], a + b, rtol=1e-6)
+
+
+# Two of our checks on n; {between} goes between them.
+TWO_CHECKS = """
+func.func {visibility} @checks(%a: tensor<?xf32>, %nt: tensor<i64>) -> tensor<?xf32> {{
+  %c0 = arith.constant 0 : index
+  %e = tensor.extract %nt[] : tensor<i64>
+  %n = arith.index_cast %e : i64 to index
+  %len = tensor.dim %a, %c0 : tensor<?xf32>
+  %fits = arith.cmpi sle, %n, %len : index
+  cf.assert %fits, "gqa-torch-mlir: n must be at most the length"
+  {between}
+  %negative = arith.cmpi slt, %n, %c0 : index
+  cf.assert %negative, "gqa-torch-mlir: n must be negative"
+  return %a : tensor<?xf32>
+}}
+"""
+CALL_CHECKS = """
+func.func @f(%a: tensor<?xf32>, %n: tensor<i64>) -> tensor<?xf32> {
+  %r = call @checks(%a, %n) : (tensor<?xf32>, tensor<i64>) -> tensor<?xf32>
+  return %r : tensor<?xf32>
+}
+"""
+BOTH = "@checks: gqa-torch-mlir: n must be at most the length; gqa-torch-mlir: n must be negative"
+
+
+def compile_two_checks(between: str = "", visibility: str = ""):
+    return RefBackend().compile(ir.Module.parse(TWO_CHECKS.format(between=between, visibility=visibility), context=ir.Context()))
+
+
+def test_a_run_of_checks_reports_every_failure():
+    """Checks with only pure ops between them are evaluated together: the call reports each that failed."""
+    compiled = compile_two_checks("%twice = arith.addi %n, %n : index")
+    a = rand(3, np.float32)
+    with pytest.raises(RuntimeInvocationError, match=f"^{re.escape(BOTH)}$"):
+        compiled.invoke("checks", a, np.array(5, np.int64))
+    with pytest.raises(RuntimeInvocationError, match=r"^@checks: gqa-torch-mlir: n must be negative$"):
+        compiled.invoke("checks", a, np.array(2, np.int64))
+    np.testing.assert_array_equal(compiled.invoke("checks", a, np.array(-1, np.int64))[0], a)
+
+
+def test_a_foreign_assert_ends_a_run_of_checks():
+    """The code after torch-mlir's assert may rely on it: nothing after it is evaluated once a check failed."""
+    compiled = compile_two_checks('%ok = arith.cmpi sge, %len, %c0 : index\n  cf.assert %ok, "length must be >= 0"')
+    with pytest.raises(RuntimeInvocationError, match=r"^@checks: gqa-torch-mlir: n must be at most the length$"):
+        compiled.invoke("checks", rand(3, np.float32), np.array(5, np.int64))
+
+
+# The second condition reads a[1] through a cast that the first check guards.
+_GUARDED_CAST = r'''
+import numpy as np
+from torch_mlir import ir
+from gqa_torch_mlir.backends.refbackend import RefBackend
+from gqa_torch_mlir.errors import RuntimeInvocationError
+
+ASM = """
+func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %len = tensor.dim %a, %c0 : tensor<?xf32>
+  %two = arith.cmpi eq, %len, %c2 : index
+  cf.assert %two, "gqa-torch-mlir: a must hold 2 elements"
+  %pair = tensor.cast %a : tensor<?xf32> to tensor<2xf32>
+  %second = tensor.extract %pair[%c1] : tensor<2xf32>
+  %positive = arith.cmpf ogt, %second, %zero : f32
+  cf.assert %positive, "gqa-torch-mlir: a[1] must be positive"
+  return %a : tensor<?xf32>
+}"""
+compiled = RefBackend(runtime_verification=True).compile(ir.Module.parse(ASM, context=ir.Context()))
+try:
+    compiled.invoke("f", np.ones(1, np.float32))
+except RuntimeInvocationError as e:
+    print("raised:", e, flush=True)
+try:
+    compiled.invoke("f", -np.ones(2, np.float32))
+except RuntimeInvocationError as e:
+    print("raised:", e, flush=True)
+'''
+
+
+def test_a_run_never_evaluates_a_cast_ahead_of_its_check():
+    """In a child process: evaluated ahead, the cast would abort with MLIR's runtime verification report."""
+    run = subprocess.run([sys.executable, "-c", _GUARDED_CAST], capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert run.stdout == "raised: @f: gqa-torch-mlir: a must hold 2 elements\nraised: @f: gqa-torch-mlir: a[1] must be positive\n", out
+
+
+def test_checks_in_a_function_returning_values_report_and_go_on():
+    """A return there would not end the call: our checks report, the call goes on (as before)."""
+    module = ir.Module.parse(TWO_CHECKS.format(between="", visibility="private") + CALL_CHECKS, context=ir.Context())
+    compiled = RefBackend().compile(module)
+    a = rand(3, np.float32)
+    with pytest.raises(RuntimeInvocationError, match=f"^{re.escape(BOTH.replace('@checks', '@f'))}$"):
+        compiled.invoke("f", a, np.array(5, np.int64))
+    np.testing.assert_array_equal(compiled.invoke("f", a, np.array(-1, np.int64))[0], a)
+
+
+# Our check guards a scatter that torch-mlir does not clamp: index 9 of 4 rows
+# writes out of bounds, which runtime verification reports by aborting.
+_CHECKED_SCATTER = r'''
+import sys
+import numpy as np
+from torch_mlir import ir
+from torch_mlir.passmanager import PassManager
+from gqa_torch_mlir.backends import refbackend
+from gqa_torch_mlir.context import make_context
+
+ASM = """
+func.func @f(%cache: !torch.vtensor<[4,2],f32>, %index: !torch.vtensor<[1,2],si64>, %src: !torch.vtensor<[1,2],f32>) -> !torch.vtensor<[4,2],f32> {
+  %int0 = torch.constant.int 0
+  %int4 = torch.constant.int 4
+  %lt = torch.aten.lt.Scalar %index, %int4 : !torch.vtensor<[1,2],si64>, !torch.int -> !torch.vtensor<[1,2],i1>
+  %all = torch.aten.all %lt : !torch.vtensor<[1,2],i1> -> !torch.vtensor<[],i1>
+  %ok = torch.aten.Bool.Tensor %all : !torch.vtensor<[],i1> -> !torch.bool
+  torch.runtime.assert %ok, "gqa-torch-mlir: index must be < 4"
+  %0 = torch.aten.scatter.src %cache, %int0, %index, %src : !torch.vtensor<[4,2],f32>, !torch.int, !torch.vtensor<[1,2],si64>, !torch.vtensor<[1,2],f32> -> !torch.vtensor<[4,2],f32>
+  return %0 : !torch.vtensor<[4,2],f32>
+}"""
+if sys.argv[1] == "no-stop":  # the negative control: checks report and the call goes on
+    refbackend._can_return_at = lambda op: False
+with make_context():
+    module = ir.Module.parse(ASM)
+    PassManager.parse("builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline)").run(module.operation)
+    compiled = refbackend.RefBackend(runtime_verification=True).compile(module)
+cache, src = np.zeros((4, 2), np.float32), np.ones((1, 2), np.float32)
+try:
+    compiled.invoke("f", cache, np.array([[1, 9]], np.int64), src)
+except refbackend.RuntimeInvocationError as e:
+    print("raised:", e, flush=True)
+(ok,) = compiled.invoke("f", cache, np.array([[1, 3]], np.int64), src)
+print("in bounds ok:", bool(ok[1, 0] == 1 and ok[3, 1] == 1), flush=True)
+'''
+
+
+def _run_checked_scatter(mode: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _CHECKED_SCATTER, mode], capture_output=True, text=True, timeout=300)
+
+
+def test_our_failed_check_stops_before_an_out_of_bounds_access():
+    """In a child process, so that a regression fails the test instead of killing pytest."""
+    run = _run_checked_scatter("stop")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert "raised: @f: gqa-torch-mlir: index must be < 4\n" in run.stdout, out
+    assert "in bounds ok: True" in run.stdout and "out-of-bounds access" not in out, out
+
+
+def test_a_check_that_does_not_stop_lets_the_out_of_bounds_access_run():
+    """Negative control of the test above: past the check, the scatter really writes out of bounds."""
+    run = _run_checked_scatter("no-stop")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "raised" not in run.stdout, out
+    assert "out-of-bounds access" in out, out

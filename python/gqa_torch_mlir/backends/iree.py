@@ -381,6 +381,25 @@ def device_for(threads: Optional[int]):
         return _TASK_DEVICE
 
 
+_FAILED_CHECK = "FAILED_PRECONDITION; "
+
+
+def _vm_failure(report: str) -> str:
+    """The part of IREE's report on a failed call that is news to the user.
+
+    A failed ``cf.assert`` (one of our run-time checks) reads
+    ``Error invoking function: <vm>:0: FAILED_PRECONDITION; <message>; `` and
+    then a listing of the VM stack: the message alone is kept.  Any other
+    failure keeps the report's first line.
+    """
+    first_line = report.strip().split("\n", 1)[0].rstrip()
+    if _FAILED_CHECK in first_line:
+        message = first_line.split(_FAILED_CHECK, 1)[1].rstrip("; ")
+        if message:
+            return message
+    return first_line
+
+
 class IreeCompiledModule:
     """A VM flatbuffer loaded on an IREE CPU device; ``invoke`` as the refbackend's.
 
@@ -429,6 +448,9 @@ class IreeCompiledModule:
         returned is passed as the device buffer behind it (no upload), and the
         call may update that buffer in place: IREE writes a fixed-capacity
         cache's new rows into the past buffer and returns it as present.
+
+        A call the VM fails raises :class:`RuntimeInvocationError`: a failed
+        run-time check with just its message (IREE stops at the first one).
         """
         invoker = self._invoker(function)
         arrays = [self._argument(a) for a in args]
@@ -438,6 +460,8 @@ class IreeCompiledModule:
                 results = invoker(*arrays)
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
+            except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
+                raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
         if not isinstance(results, tuple):
             results = (results,)
         return tuple(self._host_result(function, i, r) for i, r in enumerate(results))

@@ -8,8 +8,8 @@ This module puts them together.
 Design
 ------
 ``RefBackend.compile`` never touches the caller's module: it reparses the
-module's text (with locations) in the same context and lowers that copy in
-three stages, each a pass pipeline of its own:
+module's text (with locations) in the same context, tags its run-time checks
+(below) and lowers that copy in stages, each a pass pipeline of its own:
 
 ``refbackend-bufferize``
     tensor -> memref (one-shot bufferization across function boundaries, with
@@ -23,8 +23,14 @@ three stages, each a pass pipeline of its own:
     tokens are one per result, ``mr`` + element type (``mrf32``, ``mri1``...)
     and the rank is not part of the name, so functions with the same result
     element types share one declaration.
+``refbackend-lower-to-loops``
+    linalg and tm_tensor ops to ``scf`` loops (then, with
+    ``runtime_verification``, ``refbackend-runtime-verification``).
+``refbackend-lower-to-cfg``
+    ``scf`` to ``cf``: each function body is a flat control-flow graph, on
+    which failed checks are made to stop the call (below).
 ``refbackend-lower-to-llvm``
-    loops, then the LLVM dialect.
+    the LLVM dialect.
 
 After the munge stage the consume declarations are read back from the IR and,
 for each, a ctypes callback with one unranked-memref pointer per result is
@@ -41,10 +47,37 @@ call returns. The result buffers are malloc'ed by the compiled code and never
 freed (as in torch-mlir's refbackend): a returned memref may alias an input or
 a constant, so freeing it is not safe. This is a test runner; it leaks.
 
+Run-time checks: a failing ``cf.assert`` would abort the process, so every
+``cf.assert`` of the linalg-on-tensors input is reworked before lowering:
+
+* torch-mlir's (such as its "mismatched size for broadcast") get a tag with
+  their id as message;
+* ours (message prefix ``gqa-torch-mlir:``) are gathered into runs: checks
+  with only pure ops (arith, tensor, linalg...) between them, and no later
+  condition computed through a ``tensor.cast`` (it trusts a size an earlier
+  check may guard).  A run is evaluated where its first check stood (the
+  pure ops computing the later conditions move up), each check reports its
+  outcome by a call, and an assert tagged as a stop ends the run.  So a
+  failing call reports every failed check of its run (a hostile length
+  usually breaks several).
+
+On the flat CFG (after ``convert-scf-to-cf``), each tagged assert in a public
+function's body splits its block: the rest of the block runs if the condition
+holds, otherwise a branch reports the id (if any) to the registered
+``refbackend_runtime_check`` callback and returns.  ``invoke`` then raises
+:class:`RuntimeInvocationError` ``"@<function>: <message>; <message>..."``;
+nothing past the failed checks has run, and the compiled module stays
+usable.  The buffers allocated before the check leak on that path (their
+deallocations follow it): a test runner may.  A tagged assert that cannot be
+split so (in a nested region, or in a function returning values) keeps the
+old behaviour: a run of ours goes on after reporting (our lowerings clamp
+every data-dependent index), torch-mlir's abort.  The asserts that
+``generate-runtime-verification`` adds carry no tag: they abort (a sanitizer).
+
 Failures of a lowering stage raise :class:`CompileStageError` with MLIR's
 diagnostics and a command that reruns the stage on its saved input; argument
-mismatches at ``invoke`` raise :class:`RuntimeInvocationError`. Sparse tensors
-are not supported.
+mismatches and failed checks at ``invoke`` raise :class:`RuntimeInvocationError`.
+Sparse tensors are not supported.
 """
 
 from __future__ import annotations
@@ -125,11 +158,10 @@ _TO_LOOPS = _Stage(
         "func.func(convert-linalg-to-loops)",
     ),
 )
+_TO_CFG = _Stage("refbackend-lower-to-cfg", ("func.func(lower-affine)", "convert-scf-to-cf"))
 _TO_LLVM = _Stage(
     "refbackend-lower-to-llvm",
     (
-        "func.func(lower-affine)",
-        "convert-scf-to-cf",
         "func.func(refback-expand-ops-for-llvm)",
         "func.func(arith-expand)",
         "func.func(convert-math-to-llvm)",
@@ -150,8 +182,11 @@ _TO_LLVM = _Stage(
     ),
 )
 
-LOWERING_PIPELINE = _pipeline(_BUFFERIZE.passes + _MUNGE.passes + _TO_LOOPS.passes + _TO_LLVM.passes)
-"""The whole lowering, linalg-on-tensors to LLVM dialect, as one pipeline."""
+LOWERING_PIPELINE = _pipeline(_BUFFERIZE.passes + _MUNGE.passes + _TO_LOOPS.passes + _TO_CFG.passes + _TO_LLVM.passes)
+"""The whole lowering, linalg-on-tensors to LLVM dialect, as one pipeline.
+
+Without the Python steps of :meth:`RefBackend.compile`: there a failed
+``cf.assert`` stops the call instead of aborting the process."""
 
 
 class TensorSpec(NamedTuple):
@@ -263,66 +298,234 @@ def _create_engine(module: ir.Module, opt_level: int) -> ExecutionEngine:
 
 
 # ---------------------------------------------------------------------------
-# run side
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
 # run-time checks
 # ---------------------------------------------------------------------------
 
 CHECK_PREFIX = "gqa-torch-mlir:"
 _CHECK_CALLBACK = "refbackend_runtime_check"
+_TAG_PREFIX = "gqa-refbackend-check:"  # + id: a foreign assert; its failure path reports the id
+_STOP_TAG = "gqa-refbackend-stop"  # ends a run of our checks, each already reported
+# Dialects whose ops (at tensor level, with what their regions hold) only compute
+# values.  By name: MLIR's side-effect interfaces are not exposed to Python.
+_PURE_DIALECTS = frozenset({"arith", "math", "index", "complex", "tensor", "linalg"})
+# Pure ops that trust a size the types do not guarantee (a check may be what
+# guards it): never evaluated ahead of a check.
+_SIZE_TRUSTING = frozenset({"tensor.cast"})
 
 
-def _checks_to_callbacks(module: ir.Module) -> list[str]:
-    """Turn our ``cf.assert``s (message prefix ``gqa-torch-mlir:``) into calls of a
-    registered callback; return their messages by id.
+def _message(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["msg"]).value
 
-    A failing ``cf.assert`` aborts the process.  Our lowerings clamp every
-    data-dependent index, so the computation stays in bounds whatever the
-    inputs; the callback records the failure and ``invoke`` raises it as
-    :class:`RuntimeInvocationError`.  Other asserts (torch-mlir's own) are kept.
-    """
-    asserts = []
+
+def _asserts(module: ir.Module, keep: Callable[[str], bool]) -> list[ir.Operation]:
+    """The ``cf.assert`` ops whose message passes ``keep``, in walk order."""
+    found = []
 
     def collect(op):
-        if op.name == "cf.assert" and ir.StringAttr(op.attributes["msg"]).value.startswith(CHECK_PREFIX):
-            asserts.append(op)
+        if op.name == "cf.assert" and keep(_message(op)):
+            found.append(op.operation)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
-    if not asserts:
-        return []
-    with module.context, ir.Location.unknown():
-        i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
-        decl_type = ir.FunctionType.get([i1, i64], [])
-        ir.Operation.create(
-            "func.func",
-            attributes={
-                "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
-                "function_type": ir.TypeAttr.get(decl_type),
-                "sym_visibility": ir.StringAttr.get("private"),
-                "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
-            },
-            regions=1,
-            ip=ir.InsertionPoint(module.body),
-        )
-        messages = []
-        for op in asserts:
-            messages.append(ir.StringAttr(op.attributes["msg"]).value)
-            ip = ir.InsertionPoint(op)
-            check_id = ir.Operation.create(
-                "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, len(messages) - 1)}, ip=ip
-            ).result
-            ir.Operation.create(
-                "func.call",
-                operands=[op.operands[0], check_id],
-                attributes={"callee": ir.FlatSymbolRefAttr.get(_CHECK_CALLBACK)},
-                ip=ip,
-            )
-            op.erase()
+    return found
+
+
+def _prepare_checks(module: ir.Module) -> list[str]:
+    """Mark the input's ``cf.assert``s for :func:`_stop_at_failed_checks`; return their messages by id.
+
+    Runs on the linalg-on-tensors input, so exactly the asserts the module
+    had are marked: those ``generate-runtime-verification`` adds later are
+    not, and keep aborting (the sanitizer).  A foreign assert (torch-mlir's)
+    gets the tag ``gqa-refbackend-check:<id>`` as its message.  Ours are
+    gathered into runs (:func:`_gather_run`), each reported by a call and
+    ended by an assert tagged ``gqa-refbackend-stop``.
+    """
+    messages, ours = [], {}
+    with module.context:
+        for op in _asserts(module, lambda _: True):
+            messages.append(_message(op))
+            if messages[-1].startswith(CHECK_PREFIX):
+                ours[op] = len(messages) - 1
+            else:
+                op.attributes["msg"] = ir.StringAttr.get(f"{_TAG_PREFIX}{len(messages) - 1}")
+        if messages:
+            _declare_check_callback(module)
+        for block in dict.fromkeys(op.block for op in ours):
+            for run in _runs_of_checks(block, ours):
+                _gather_run(run, ours)
     return messages
+
+
+def _is_pure(op: ir.Operation) -> bool:
+    """Whether ``op`` and the ops in its regions only compute values (see ``_PURE_DIALECTS``)."""
+    return op.name.partition(".")[0] in _PURE_DIALECTS and all(
+        _is_pure(inner.operation) for region in op.regions for block in region.blocks for inner in block.operations
+    )
+
+
+def _runs_of_checks(block: ir.Block, ours: dict[ir.Operation, int]) -> list[list[ir.Operation]]:
+    """Our checks in ``block``, in runs: only pure ops lie between two checks of a
+    run, and none that trusts a size computes a later check's condition."""
+    runs, run = [], []
+    for op in (o.operation for o in block.operations):
+        if op in ours:
+            if run and any(s.name in _SIZE_TRUSTING for s in _condition_slice(run[0], [op])):
+                runs.append(run)
+                run = []
+            run.append(op)
+        elif run and not _is_pure(op):
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    return runs
+
+
+def _gather_run(run: list[ir.Operation], ours: dict[ir.Operation, int]) -> None:
+    """Evaluate every check of ``run`` where its first one stood, report each, then stop if one failed.
+
+    So a call that fails reports every check of the run it fails in (a
+    negative length usually breaks several), and stops before anything but
+    those checks' conditions was computed: the pure ops that compute the
+    later conditions move up, before the first check.  Our lowerings clamp
+    every data-dependent index, so evaluating a condition after a failed
+    check stays in bounds; a size a check guards is trusted by a cast, and
+    no run moves one (see :func:`_runs_of_checks`).
+    """
+    head = run[0]
+    for op in _condition_slice(head, run[1:]):
+        op.move_before(head)
+    ip, all_ok = ir.InsertionPoint(head), None
+    for check in run:
+        with check.location:
+            ok = check.operands[0]
+            _report_check(ok, ours[check], ip)
+            all_ok = ok if all_ok is None else ir.Operation.create("arith.andi", [ok.type], [all_ok, ok], ip=ip).result
+    with head.location:
+        ir.Operation.create("cf.assert", operands=[all_ok], attributes={"msg": ir.StringAttr.get(_STOP_TAG)}, ip=ip)
+    for check in run:
+        check.erase()
+
+
+def _condition_slice(head: ir.Operation, checks: list[ir.Operation]) -> list[ir.Operation]:
+    """The ops of ``head``'s block after ``head`` that compute the conditions of ``checks``, in block order.
+
+    With the values their regions capture (a ``linalg.generic`` payload
+    reads values of the enclosing block).
+    """
+    block, found, pending = head.block, set(), [check.operands[0] for check in checks]
+
+    def operands(op):
+        pending.extend(op.operands)
+        return ir.WalkResult.ADVANCE
+
+    while pending:
+        owner = pending.pop().owner
+        if isinstance(owner, ir.Block):
+            continue
+        op = owner.operation
+        if op.block == block and head.is_before_in_block(op) and op not in found:
+            found.add(op)
+            op.walk(operands)
+    return [op.operation for op in block.operations if op.operation in found]
+
+
+def _declare_check_callback(module: ir.Module) -> None:
+    """``func.func private @refbackend_runtime_check(i1, i64)``: ``CompiledModule`` registers it."""
+    i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+    ir.Operation.create(
+        "func.func",
+        attributes={
+            "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([i1, i64], [])),
+            "sym_visibility": ir.StringAttr.get("private"),
+            "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
+        },
+        regions=1,
+        loc=ir.Location.unknown(),
+        ip=ir.InsertionPoint(module.body),
+    )
+
+
+def _report_check(ok: ir.Value, check_id: int, ip: ir.InsertionPoint) -> None:
+    """Call the check callback with ``ok`` and the check's id."""
+    i64 = ir.IntegerType.get_signless(64)
+    id_value = ir.Operation.create(
+        "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, check_id)}, ip=ip
+    ).result
+    ir.Operation.create(
+        "func.call", operands=[ok, id_value], attributes={"callee": ir.FlatSymbolRefAttr.get(_CHECK_CALLBACK)}, ip=ip
+    )
+
+
+def _can_return_at(op: ir.Operation) -> bool:
+    """Whether a ``return`` in place of ``op`` ends the call: ``op`` sits in the
+    body of a public function, which munge made return nothing."""
+    func = op.parent
+    return (
+        func is not None
+        and func.operation.name == "func.func"
+        and "sym_visibility" not in func.attributes
+        and not _function_type(func).results
+    )
+
+
+def _return_on_failure(op: ir.Operation, check_id: int | None) -> None:
+    """Split ``op``'s block after ``op``; branch to the rest if its condition holds,
+    else report the check (unless ``check_id`` is None) and return.  Then erase ``op``."""
+    block, following = op.block, []
+    for other in block.operations:
+        if following or other.operation == op:
+            following.append(other.operation)
+    rest = block.create_after()
+    for other in following[1:]:
+        other.detach_from_parent()
+        ir.InsertionPoint(rest).insert(other)
+    fail = rest.create_after()
+    ip = ir.InsertionPoint(fail)
+    if check_id is not None:
+        i1 = ir.IntegerType.get_signless(1)
+        false = ir.Operation.create("arith.constant", results=[i1], attributes={"value": ir.IntegerAttr.get(i1, 0)}, ip=ip)
+        _report_check(false.result, check_id, ip)
+    ir.Operation.create("func.return", ip=ip)
+    ir.Operation.create(
+        "cf.cond_br",
+        operands=[op.operands[0]],
+        successors=[rest, fail],
+        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0])},
+        ip=ir.InsertionPoint(block),
+    )
+    op.erase()
+
+
+def _stop_at_failed_checks(module: ir.Module, messages: list[str]) -> None:
+    """Make each marked ``cf.assert`` (see :func:`_prepare_checks`) end the call when it fails.
+
+    Needs the flat CFG of ``convert-scf-to-cf`` and munge's calling
+    convention: see :func:`_return_on_failure`.  The failure path skips the
+    deallocations that follow the assert (the buffers allocated so far
+    leak).  An assert elsewhere (a nested region, a function that returns
+    values) keeps the old behaviour: a run of ours goes on after reporting
+    (our lowerings clamp every data-dependent index), and a foreign assert
+    gets its message back and aborts, as the code after it relies on.
+    """
+    marked = _asserts(module, lambda message: message == _STOP_TAG or message.startswith(_TAG_PREFIX))
+    with module.context:
+        for op in marked:
+            tag = _message(op)
+            check_id = None if tag == _STOP_TAG else int(tag[len(_TAG_PREFIX) :])
+            with op.location:
+                if _can_return_at(op):
+                    _return_on_failure(op, check_id)
+                elif check_id is None:
+                    op.erase()
+                else:
+                    op.attributes["msg"] = ir.StringAttr.get(messages[check_id])
+
+
+# ---------------------------------------------------------------------------
+# run side
+# ---------------------------------------------------------------------------
 
 
 class _ResultSlot:
@@ -334,6 +537,11 @@ class _ResultSlot:
         self.failed_checks: list[int] = []
 
     def take(self, function: str, checks: list[str]) -> tuple[np.ndarray, ...]:
+        """The call's results, and the slot emptied for the next call.
+
+        Failed checks come first: a check that stops the call returns before
+        the results are consumed, so ``values`` is then None.
+        """
         values, error, failed = self.values, self.error, self.failed_checks
         self.values = self.error = None
         self.failed_checks = []
@@ -472,12 +680,14 @@ class RefBackend:
         """Lower a copy of ``module`` (the caller's module is left as it was) and JIT it."""
         signatures = _read_signatures(module)
         lowered = ir.Module.parse(_asm(module), context=module.context)
-        checks = _checks_to_callbacks(lowered)
+        checks = _prepare_checks(lowered)
         _run_stage(lowered, _BUFFERIZE)
         _run_stage(lowered, _MUNGE)
         consumers = _consume_declarations(lowered)
         _run_stage(lowered, _TO_LOOPS)
         if self.runtime_verification:  # bounds checks on every load and store; a violation aborts before the access
             _run_stage(lowered, _VERIFY)
+        _run_stage(lowered, _TO_CFG)
+        _stop_at_failed_checks(lowered, checks)
         _run_stage(lowered, _TO_LLVM)
         return CompiledModule(_create_engine(lowered, self.opt_level), signatures, consumers, checks)
