@@ -93,7 +93,17 @@ class OpBinder:
             if clash:
                 found = vtensor_type_text(t.shape, t.dtype)
                 raise Refusal(f"is declared {text} but the op produces {found}", f"output {i} '{name}'" if name else f"output {i}")
+            subject = f"output {i} '{name}'" if name else f"output {i}"
+            for d, (declared, produced) in enumerate(zip(shape, t.shape)):
+                if declared is not None and produced is None:  # the cast would trust it: check it
+                    tb.check_dim(t, d, declared, f"{self.op_name}: {subject} is declared {text}: dimension {d} must be {declared}")
         return tb.static_info_cast(t, text)
+
+    @property
+    def op_name(self) -> str:
+        """The ONNX op type, e.g. ``GroupQueryAttention``."""
+        name = self.ir.StringAttr(self.op.attributes["name"]).value if "name" in self.op.attributes else "?"
+        return name.split(".", 1)[-1]
 
     # -- attributes ---------------------------------------------------------
     def attribute_names(self) -> Sequence[str]:

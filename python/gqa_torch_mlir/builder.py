@@ -208,6 +208,10 @@ class TorchBuilder:
             return a * b
         return self.op("torch.aten.mul.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
 
+    def dim_lt(self, a: Dim, b: Dim):
+        """a < b as a !torch.bool value."""
+        return self.op("torch.aten.lt.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]
+
     def dim_eq(self, a: Dim, b: Dim):
         """a == b as a !torch.bool value."""
         return self.op("torch.aten.eq.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]
@@ -235,8 +239,15 @@ class TorchBuilder:
         IREE reports a failed assert as an error status.  Callers keep the
         computation in bounds whatever the outcome (indices are clamped).
         """
-        all_ok = self.tensor_op("torch.aten.all", [ok.value], (), "i1")
-        flag = self.op("torch.aten.Bool.Tensor", [all_ok.value], ["!torch.bool"])[0]
+        self.runtime_assert(self.all_true(ok), message)
+
+    def all_true(self, t: Tensor):
+        """Whether every element of the i1 tensor ``t`` holds, as a !torch.bool value."""
+        all_t = self.tensor_op("torch.aten.all", [t.value], (), "i1")
+        return self.op("torch.aten.Bool.Tensor", [all_t.value], ["!torch.bool"])[0]
+
+    def runtime_assert(self, flag, message: str) -> None:
+        """``torch.runtime.assert`` of the !torch.bool ``flag``, message prefixed ``gqa-torch-mlir:``."""
         self.ir.Operation.create(
             "torch.runtime.assert",
             operands=[flag],
@@ -244,6 +255,19 @@ class TorchBuilder:
             loc=self.loc,
             ip=self.ip,
         )
+
+    def check_dim(self, t: Tensor, d: int, size: Dim, message: str) -> None:
+        """Assert at run time that dim ``d`` of ``t`` is ``size``; nothing when both
+        are static (the caller compares static sizes when it validates).
+
+        A dim only known at run time that the lowering assumes equal to another
+        (a batch size, a refined head size) must be checked: torch-mlir's casts
+        and broadcasts trust the types, and a wrong size would read out of bounds.
+        """
+        actual = self.size(t, d)
+        if isinstance(actual, int) and isinstance(size, int):
+            return
+        self.runtime_assert(self.dim_eq(actual, size), message)
 
     def in_range(self, t: Tensor, low: Dim, high: Dim) -> Tensor:
         """i1: low <= t <= high, elementwise."""
@@ -291,8 +315,8 @@ class TorchBuilder:
         shape = tuple(t.shape[i] if isinstance(s, int) and s == -1 else self.static(s) for i, s in enumerate(sizes))
         return self.tensor_op("torch.aten.expand", [t.value, self.int_list(sizes), self.bool(False)], shape, t.dtype)
 
-    def slice(self, t: Tensor, dim: int, start: int, end: Dim, step: int = 1, in_bounds: bool = False) -> Tensor:
-        """``t[..., start:end:step, ...]`` on ``dim``; ``end`` may be a dynamic Dim.
+    def slice(self, t: Tensor, dim: int, start: Dim, end: Dim, step: int = 1, in_bounds: bool = False) -> Tensor:
+        """``t[..., start:end:step, ...]`` on ``dim``; ``start`` and ``end`` may be dynamic Dims.
 
         On a dynamic dim the result is dynamic unless the caller knows the
         range is in bounds (``in_bounds``): then its static length is kept.
@@ -301,7 +325,7 @@ class TorchBuilder:
         check), so a length-1 slice must be typed 1.
         """
         shape = list(t.shape)
-        if not isinstance(end, int):
+        if not (isinstance(start, int) and isinstance(end, int)):
             shape[dim] = None
         elif shape[dim] is not None:
             shape[dim] = len(range(*slice(start, end, step).indices(shape[dim])))
@@ -311,7 +335,7 @@ class TorchBuilder:
             shape[dim] = None  # the dim may be shorter than end
         return self.tensor_op(
             "torch.aten.slice.Tensor",
-            [t.value, self.int(dim), self.int(start), self.dim_value(end), self.int(step)],
+            [t.value, self.int(dim), self.dim_value(start), self.dim_value(end), self.int(step)],
             shape,
             t.dtype,
         )
@@ -423,6 +447,11 @@ class TorchBuilder:
         shape = t.shape[:dim] + (1,) + t.shape[dim + 1 :]
         return self.tensor_op("torch.aten.amax", [t.value, self.int_list([dim]), self.bool(True)], shape, t.dtype)
 
+    def amin(self, t: Tensor, dim: int) -> Tensor:
+        """Min over ``dim``, kept as size 1."""
+        shape = t.shape[:dim] + (1,) + t.shape[dim + 1 :]
+        return self.tensor_op("torch.aten.amin", [t.value, self.int_list([dim]), self.bool(True)], shape, t.dtype)
+
     def sum_dim(self, t: Tensor, dim: int) -> Tensor:
         """Sum over ``dim``, kept as size 1."""
         shape = t.shape[:dim] + (1,) + t.shape[dim + 1 :]
@@ -509,11 +538,18 @@ class TorchBuilder:
         shape = q.shape[:-1] + v.shape[-1:]
         return self.tensor_op("torch.aten.scaled_dot_product_attention", operands, shape, q.dtype)
 
-    def refine(self, t: Tensor, dims: dict) -> Tensor:
-        """``t`` with dynamic dims ``{index: size}`` refined to static sizes (tensor_static_info_cast)."""
+    def refine(self, t: Tensor, dims: dict, what: str, why: str = "") -> Tensor:
+        """``t`` with dynamic dims ``{index: size}`` refined to static sizes (tensor_static_info_cast).
+
+        Each refined dim is checked at run time (``what`` names the tensor in
+        the message, ``why`` ends it): the cast itself would trust a wrong size.
+        """
         shape = tuple(dims.get(i, d) if d is None else d for i, d in enumerate(t.shape))
         if shape == t.shape:
             return t
+        for i, d in enumerate(t.shape):
+            if d is None and i in dims:
+                self.check_dim(t, i, dims[i], f"{what} dimension {i} must be {dims[i]}{why}")
         (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
         return Tensor(res, shape, t.dtype)
 

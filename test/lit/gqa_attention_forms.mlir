@@ -1,7 +1,10 @@
 // The two attention forms (pass option attention=decomposed|sdpa). Neither
 // hands a backend K/V repeated to num_heads: decomposed regroups the queries
 // by KV head ([B,H,S,Dh] -> [B,Hkv,G*S,Dh]) and multiplies with K/V as they
-// are; sdpa passes K/V at Hkv heads with enable_gqa.
+// are; sdpa passes K/V at Hkv heads with enable_gqa. Decomposed splits P.V at
+// m, the fewest rows any batch row reads: the value rows [m, T) a batch row
+// does not read are zeroed (0 * NaN would reach its output), the rest are read
+// as they are.
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %s | FileCheck %s --check-prefix=DECOMPOSED
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline %s | FileCheck %s --check-prefix=BACKEND
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
@@ -13,7 +16,10 @@
 // DECOMPOSED:         %[[K_T:.+]] = torch.aten.transpose.int %{{.+}} : !torch.vtensor<[1,2,5,16],f32>, !torch.int, !torch.int -> !torch.vtensor<[1,2,16,5],f32>
 // DECOMPOSED:         %[[SCORES:.+]] = torch.aten.matmul %[[Q_GROUPED]], %[[K_T]] : !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,16,5],f32> -> !torch.vtensor<[1,2,4,5],f32>
 // DECOMPOSED:         torch.aten.exp
-// DECOMPOSED:         %[[OUT:.+]] = torch.aten.matmul %{{.+}}, %{{.+}} : !torch.vtensor<[1,2,4,5],f32>, !torch.vtensor<[1,2,5,16],f32> -> !torch.vtensor<[1,2,4,16],f32>
+// DECOMPOSED:         %[[HEAD:.+]] = torch.aten.matmul %{{.+}}, %{{.+}} : !torch.vtensor<[1,2,4,?],f32>, !torch.vtensor<[1,2,?,16],f32> -> !torch.vtensor<[1,2,4,16],f32>
+// DECOMPOSED:         %[[TAIL_V:.+]] = torch.aten.where.ScalarOther %{{.+}} : !torch.vtensor<[1,1,?,1],i1>, !torch.vtensor<[1,2,?,16],f32>, !torch.float -> !torch.vtensor<[1,2,?,16],f32>
+// DECOMPOSED:         %[[TAIL:.+]] = torch.aten.matmul %{{.+}}, %[[TAIL_V]] : !torch.vtensor<[1,2,4,?],f32>, !torch.vtensor<[1,2,?,16],f32> -> !torch.vtensor<[1,2,4,16],f32>
+// DECOMPOSED:         torch.aten.add.Tensor %[[HEAD]], %[[TAIL]], %{{.+}} -> !torch.vtensor<[1,2,4,16],f32>
 // DECOMPOSED-NOT:     torch.aten.scaled_dot_product_attention
 // DECOMPOSED-NOT:     vtensor<[1,8,5,16]
 // DECOMPOSED:         return
@@ -21,6 +27,7 @@
 // BACKEND-LABEL: func.func @decode
 // BACKEND-NOT:     vtensor<[1,8,5,16]
 // BACKEND:         torch.aten.matmul {{.+}} -> !torch.vtensor<[1,2,4,5],f32>
+// BACKEND:         torch.aten.matmul {{.+}} -> !torch.vtensor<[1,2,4,16],f32>
 // BACKEND:         torch.aten.matmul {{.+}} -> !torch.vtensor<[1,2,4,16],f32>
 // BACKEND-NOT:     vtensor<[1,8,5,16]
 

@@ -157,15 +157,28 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // fixed-capacity buffer). Such a cache may be a fixed-capacity buffer, so
 // attention reads its rows [0, R), R = clamp(max(seqlens_k) + 1, 1, T): the
 // rows onnxruntime reads, whatever the capacity; R feeds the mask.
-// Batch needs no size op (expand keeps it with -1). Trailing optional slots
-// dropped by the exporter (7 operands) read as absent.
+// Each input's batch and sequence dims, past_value's rows and seqlens_k's
+// entries are checked at run time against the query's (and past_key's), as
+// onnxruntime checks them on every call: torch-mlir's broadcasts and casts
+// trust the types. Trailing optional slots dropped by the exporter
+// (7 operands) read as absent.
 // CHECK-LABEL: func.func @dynamic_batch_seq
+// CHECK:         %[[B:.+]] = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
+// CHECK:         %[[KEY_B:.+]] = torch.aten.size.int %arg1, %int0
+// CHECK:         %[[SAME_B:.+]] = torch.aten.eq.int %[[KEY_B]], %[[B]]
+// CHECK:         torch.runtime.assert %[[SAME_B]], "gqa-torch-mlir: GroupQueryAttention: key dimension 0 must equal the batch size (query dimension 0)
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 0 must equal the batch size
 // CHECK:         %[[S:.+]] = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: value dimension 1 must equal the sequence size (query dimension 1)
+// CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 2 must equal past_key's
+// CHECK:         %[[ENTRIES:.+]] = torch.aten.size.int %arg5, %int0
+// CHECK:         %[[ONE_PER_ROW:.+]] = torch.aten.eq.int %[[ENTRIES]], %[[B]]
+// CHECK:         torch.runtime.assert %[[ONE_PER_ROW]], "gqa-torch-mlir: GroupQueryAttention: seqlens_k must hold one entry per batch row
 // CHECK:         %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1, %[[S]]
 // CHECK:         torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
 // CHECK:         torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
 // CHECK:         %[[TOTAL_INT:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[],si64> -> !torch.int
-// CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
 // CHECK:         %[[EXTRA:.+]] = torch.aten.sub.int %[[TOTAL_INT]], %[[P]]
 // CHECK:         %[[AT_MOST_S:.+]] = torch.prim.min.int %[[EXTRA]], %[[S]]
 // CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[AT_MOST_S]], %int0

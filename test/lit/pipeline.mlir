@@ -13,7 +13,7 @@
 // BACKEND:         torch.aten.scatter.src
 // BACKEND:         torch.aten.matmul
 // BACKEND:         torch.aten.matmul
-// BACKEND:         %[[SUM:.+]] = torch.aten.add.Tensor
+// BACKEND:         %[[SUM:.+]] = torch.aten.add.Tensor {{.+}} : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,?,64],f32>
 // BACKEND:         return %[[SUM]], %{{.+}}, %{{.+}} : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
 
 // NESTED-LABEL: func.func @decoder_layer_attention

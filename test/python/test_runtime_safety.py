@@ -20,7 +20,7 @@ import pytest
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import RuntimeInvocationError
-from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime, window_resident
 from gqa_torch_mlir.testing.isolated import run_isolated
 
 C = GQAConfig
@@ -117,6 +117,73 @@ def test_valid_inputs_pass_every_check(cfg):
 
 
 # ---------------------------------------------------------------------------
+# Inputs whose run-time shapes disagree (dynamic dims): onnxruntime rejects each;
+# ours fails a named run-time check before any access, never a signal.  torch-mlir's
+# casts and broadcasts trust the types, so without these checks such feeds aborted
+# the process (its own broadcast asserts) or read out of bounds.  In child processes,
+# so that a regression fails its test instead of killing pytest.
+# ---------------------------------------------------------------------------
+
+
+def _rows(array: np.ndarray, axis: int, n: int) -> np.ndarray:
+    """``array`` with ``n`` entries on ``axis`` (its own rows repeated or cut)."""
+    return np.take(array, np.arange(n) % array.shape[axis], axis=axis)
+
+
+def _resized(**changes) -> callable:
+    """A feed mutation: input name -> (axis, new size)."""
+    return lambda feeds: {name: _rows(feeds[name], axis, n) for name, (axis, n) in changes.items()}
+
+
+DYNAMIC = C(batch=2, seq=1, past=4, dynamic=True)
+DYNAMIC_ROTARY = C(batch=2, seq=2, past=0, rotary=True, position_ids=True, dynamic=True)
+DYNAMIC_BIAS = C(batch=2, seq=2, past=0, attention_bias="BH", dynamic=True)
+SHAPE_MISMATCHES = [
+    ("past_batch", DYNAMIC, _resized(past_key=(0, 3), past_value=(0, 3)), "past_key dimension 0 must equal the batch size"),
+    ("key_batch", DYNAMIC, _resized(key=(0, 3), value=(0, 3)), "key dimension 0 must equal the batch size"),
+    ("value_sequence", C(batch=1, seq=1, past=4, dynamic=True), _resized(value=(1, 2)), "value dimension 1 must equal the sequence size"),
+    ("past_value_rows", DYNAMIC, _resized(past_value=(2, 5)), "past_value dimension 2 must equal past_key's"),
+    ("seqlens_k_entries", DYNAMIC, _resized(seqlens_k=(0, 3)), "seqlens_k must hold one entry per batch row"),
+    ("position_ids_batch", DYNAMIC_ROTARY, _resized(position_ids=(0, 3)), "position_ids dimension 0 must equal the batch size"),
+    ("position_ids_sequence", DYNAMIC_ROTARY, _resized(position_ids=(1, 1)), "position_ids dimension 1 must equal the sequence size"),
+    ("sin_cache_rows", DYNAMIC_ROTARY, _resized(sin_cache=(0, 5)), "sin_cache dimension 0 must equal cos_cache's"),
+    ("bias_batch", DYNAMIC_BIAS, _resized(attention_bias=(0, 3)), "attention_bias dimension 0 must equal the batch size"),
+    ("bias_sequence", DYNAMIC_BIAS, _resized(attention_bias=(2, 3)), "attention_bias dimension 2 must equal the sequence size"),
+    ("query_seqlens_entries", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), dynamic=True), _resized(query_seqlens=(0, 3)), "query_seqlens dimension 0 must equal the batch size"),
+    ("fixed_capacity_past_batch", C(batch=2, seq=1, past=6, fixed_capacity=True, dynamic=True), _resized(past_key=(0, 1), past_value=(0, 1)), "past_key dimension 0 must equal the batch size"),
+    ("window_cache_past_batch", WINDOW_DYNAMIC, _resized(past_key=(0, 2), past_value=(0, 2)), "past_key dimension 0 must equal the batch size"),
+    ("packed_seqlens_k_entries", C(batch=2, seq=1, past=4, packed=True, dynamic=True), _resized(seqlens_k=(0, 1)), "seqlens_k must hold one entry per batch row"),
+]
+
+
+@pytest.mark.parametrize("name,cfg,mutate,message", SHAPE_MISMATCHES, ids=[m[0] for m in SHAPE_MISMATCHES])
+def test_run_time_shape_mismatch_fails_a_named_check(name, cfg, mutate, message, tmp_path):
+    model = make_model(cfg)
+    feeds = make_inputs(cfg)
+    feeds.update(mutate(feeds))
+    with pytest.raises(Exception):  # onnxruntime rejects the same feeds
+        run_onnxruntime(model, feeds)
+    ours = run_isolated(model, feeds, tmp_path)
+    assert ours.error and ours.error[0] == "RuntimeInvocationError", ours.describe()
+    assert f"GroupQueryAttention: {message}" in ours.error[1], ours.describe()
+
+
+@pytest.mark.parametrize("name", ["past_batch", "past_value_rows", "sin_cache_rows"])
+def test_run_time_shape_mismatch_on_iree(name):
+    """IREE stops at a failed check (a host-side assert): the same error, and the session stays usable."""
+    _, cfg, mutate, message = next(m for m in SHAPE_MISMATCHES if m[0] == name)
+    model = make_model(cfg)
+    session = InferenceSession(model, backend="iree-cpu", threads=1)
+    feeds = make_inputs(cfg)
+    feeds.update(mutate(feeds))
+    with pytest.raises(RuntimeInvocationError, match=f"GroupQueryAttention: {message}"):
+        session.run(None, feeds)
+    good = make_inputs(cfg)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, good)))
+    assert not compare(cfg, got, run_onnxruntime(model, good), good)
+
+
+# ---------------------------------------------------------------------------
 # An empty batch or sequence at run time (dynamic dims): a result or a clean
 # refusal, never a signal.  Each risky run is in a child process, so that a
 # regression fails its test instead of killing pytest.
@@ -131,8 +198,8 @@ EMPTY_CASES = [
     ("int4_cache", C(batch=2, seq=1, past=4, kv_bits=4, quant_type="PER_CHANNEL", dynamic=True), "decomposed"),
     ("packed", C(batch=2, seq=1, past=4, packed=True, dynamic=True), "decomposed"),
 ]
-# An empty sequence with no past is an empty first prompt: total_sequence_length 0.
-EMPTY_PROMPT_REFUSAL = "total_sequence_length must equal past length + S (growing cache) or be at most the past length (fixed capacity), and be >= 1"
+# onnxruntime rejects an empty sequence, with or without a past.
+EMPTY_SEQUENCE_REFUSAL = "the sequence length (query dimension 1) must be at least 1"
 
 
 def empty_feeds(cfg, model, empty: str) -> dict:
@@ -156,14 +223,12 @@ def empty_feeds(cfg, model, empty: str) -> dict:
     return feeds
 
 
-def assert_empty_step(cfg, feeds: dict, got: dict, empty: str) -> None:
-    """What an empty step computes: empty outputs; an empty sequence leaves the caches as they were."""
+def assert_empty_batch(cfg, feeds: dict, got: dict) -> None:
+    """What an empty batch computes: empty outputs and caches of the step's shapes."""
     B, S = feeds["query"].shape[:2]
     assert got["output"].shape == (B, S, cfg.num_heads * cfg.head_size)
     for name in ("present_key", "present_value"):
-        assert got[name].shape == (B, cfg.kv_num_heads, cfg.present_len if empty == "batch" else cfg.past, cfg.cache_width), name
-        if empty == "sequence":
-            np.testing.assert_array_equal(got[name], feeds[name.replace("present", "past")], err_msg=name)
+        assert got[name].shape == (B, cfg.kv_num_heads, cfg.present_len, cfg.cache_width), name
 
 
 def assert_same_as_onnxruntime(got: dict, want: dict, feeds: dict) -> None:
@@ -183,14 +248,15 @@ def check_empty_step(cfg, attention: str, empty: str, directory, backend: str = 
     ours = run_isolated(model, feeds, directory, backend=backend, attention=attention)
     assert ours.returncode == 0, ours.describe()
     theirs = run_isolated(model, feeds, directory, engine="onnxruntime")  # dies of SIGFPE on an empty batch today
-    if empty == "sequence" and cfg.past == 0:  # onnxruntime refuses it too
-        assert ours.error and ours.error[0] == "RuntimeInvocationError" and EMPTY_PROMPT_REFUSAL in ours.error[1], ours.describe()
+    if empty == "sequence":  # onnxruntime refuses it too
+        assert theirs.error, theirs.describe()
+        assert ours.error and ours.error[0] == "RuntimeInvocationError" and EMPTY_SEQUENCE_REFUSAL in ours.error[1], ours.describe()
     elif theirs.results is not None:  # onnxruntime computes it: ours must agree
         assert ours.results is not None, ours.describe()
         assert_same_as_onnxruntime(ours.results, theirs.results, feeds)
     else:  # onnxruntime crashes or refuses: ours computes the empty step
         assert ours.results is not None, ours.describe()
-        assert_empty_step(cfg, feeds, ours.results, empty)
+        assert_empty_batch(cfg, feeds, ours.results)
 
 
 @pytest.mark.parametrize("empty", ["batch", "sequence"])
@@ -252,16 +318,37 @@ def test_nan_reaches_only_the_heads_that_read_it(poison, attention, backend):
             np.testing.assert_allclose(got[name][b, :, rows], want[name][b, :, rows], rtol=1e-4, atol=1e-4, equal_nan=True, err_msg=name)
 
 
-@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_fixed_capacity_rows_past_every_seqlens_are_never_read(backend, dynamic):
-    """A shared buffer's rows past max(seqlens_k) + 1 may hold anything (NaN here): onnxruntime never reads them, nor do we."""
-    cfg = C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True, rotary=True, dynamic=dynamic)
-    model, feeds = make_model(cfg), make_inputs(cfg)
-    for name in ("past_key", "past_value"):
-        feeds[name][:, :, 8:] = np.nan
+# Rows a batch row does not read (past seqlens_k[b]) may hold anything: onnxruntime
+# never reads them.  Ours span the rows of the longest batch row (or a capacity kept
+# for attention_bias / output_qk), so such rows are zeroed before P.V.
+UNREAD_ROWS = [
+    ("fixed_capacity", C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True, rotary=True), {}),
+    ("fixed_capacity_dynamic", C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True, rotary=True, dynamic=True), {}),
+    ("ragged_growing", C(batch=2, seq=1, past=6, past_lens=(6, 3)), {}),
+    ("fixed_capacity_bias", C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True, attention_bias="BH"), {}),
+    ("fixed_capacity_qk_output", C(batch=2, seq=1, past=16, past_lens=(5, 2), fixed_capacity=True), {"qk_output": 1}),
+    ("window_cache", C(batch=2, seq=1, past=6, past_lens=(9, 3), window=4, window_cache=True, dynamic=True), {}),
+]
+
+
+def poison_unread_rows(cfg, feeds: dict) -> None:
+    """NaN in every past row batch row b holds no token in (its resident rows, for a window cache)."""
+    for b in range(cfg.batch):
+        if cfg.window_cache:
+            kept = window_resident(cfg.past_lens[b], cfg.past, cfg.window)
+        else:
+            kept = int(feeds["seqlens_k"][b]) + 1 - cfg.seq
+        for name in ("past_key", "past_value"):
+            feeds[name][b, :, kept:] = np.nan
+
+
+@pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("sdpa", "iree-cpu")])
+@pytest.mark.parametrize("name,cfg,attrs", UNREAD_ROWS, ids=[u[0] for u in UNREAD_ROWS])
+def test_rows_a_batch_row_does_not_read_may_hold_nan(name, cfg, attrs, attention, backend):
+    model, feeds = make_model(cfg, attrs), make_inputs(cfg)
+    poison_unread_rows(cfg, feeds)
     want = run_onnxruntime(model, feeds)
     assert np.isfinite(want["output"]).all()
-    session = InferenceSession(model, backend=backend, threads=1)
+    session = InferenceSession(model, backend=backend, threads=1, attention=attention)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     assert not compare(cfg, got, want, feeds)

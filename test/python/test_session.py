@@ -307,7 +307,8 @@ def filecheck(text: str, checks: str, prefix: str, tmp_path) -> None:
     assert proc.returncode == 0, f"FileCheck --check-prefix {prefix} failed:\n{proc.stderr}\n--- input ---\n{text}"
 
 
-# Static decode, rotary, ragged batch: B=2, S=1, P=7, T=8, H=4, Hkv=2, Dh=16, M=16.
+# Static decode, rotary, ragged batch: B=2, S=1, P=7, T=8, H=4, Hkv=2, Dh=16, M=16. SDPA reads the
+# present caches with the rows a batch row does not read zeroed (a NaN there must not reach it).
 STATIC_TORCH_ARGS = (
     "%arg0: !torch.vtensor<[2,1,64],f32>, %arg1: !torch.vtensor<[2,1,32],f32>, %arg2: !torch.vtensor<[2,1,32],f32>, "
     "%arg3: !torch.vtensor<[2,2,7,16],f32>, %arg4: !torch.vtensor<[2,2,7,16],f32>, %arg5: !torch.vtensor<[2],si32>, "
@@ -331,7 +332,9 @@ TORCH_CHECKS = f"""
     TORCH:       torch.aten.slice.Tensor %arg4, {{{{.+}}}} -> !torch.vtensor<[2,2,0,16],f32>
     TORCH:       torch.aten.cat {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[PV:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
-    TORCH:       %[[ATTN:.+]] = torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[PK]], %[[PV]], %{{{{[^,]+}}}}, %{{{{[^,]+}}}}, %false{{{{[_0-9]*}}}}, %none{{{{[_0-9]*}}}}, %true{{{{[_0-9]*}}}} : !torch.vtensor<[2,4,1,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,1,1,8],f32>, !torch.float, !torch.bool, !torch.none, !torch.bool -> !torch.vtensor<[2,4,1,16],f32>
+    TORCH:       %[[READ_K:.+]] = torch.aten.where.ScalarOther %{{{{[^,]+}}}}, %[[PK]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    TORCH:       %[[READ_V:.+]] = torch.aten.where.ScalarOther %{{{{[^,]+}}}}, %[[PV]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    TORCH:       %[[ATTN:.+]] = torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[READ_K]], %[[READ_V]], %{{{{[^,]+}}}}, %{{{{[^,]+}}}}, %false{{{{[_0-9]*}}}}, %none{{{{[_0-9]*}}}}, %true{{{{[_0-9]*}}}} : !torch.vtensor<[2,4,1,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,1,1,8],f32>, !torch.float, !torch.bool, !torch.none, !torch.bool -> !torch.vtensor<[2,4,1,16],f32>
     TORCH:       torch.aten.transpose.int %[[ATTN]], {{{{.+}}}} -> !torch.vtensor<[2,1,4,16],f32>
     TORCH:       return %{{{{.+}}}}, %[[PK]], %[[PV]] : {STATIC_TORCH_RESULTS}
 """
@@ -341,7 +344,9 @@ BACKEND_CHECKS = f"""
     BACKEND-NOT:   torch.aten.view
     BACKEND:       %[[PK:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     BACKEND:       %[[PV:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
-    BACKEND:       torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[PK]], %[[PV]], {{{{.+}}}} -> !torch.vtensor<[2,4,1,16],f32>
+    BACKEND:       %[[READ_K:.+]] = torch.aten.where.self %{{{{[^,]+}}}}, %[[PK]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    BACKEND:       %[[READ_V:.+]] = torch.aten.where.self %{{{{[^,]+}}}}, %[[PV]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    BACKEND:       torch.aten.scaled_dot_product_attention %{{{{[^,]+}}}}, %[[READ_K]], %[[READ_V]], {{{{.+}}}} -> !torch.vtensor<[2,4,1,16],f32>
     BACKEND:       return %{{{{.+}}}}, %[[PK]], %[[PV]] : {STATIC_TORCH_RESULTS}
 """
 

@@ -77,6 +77,17 @@ class Step:
     position_BS: Tensor  # si64 [B,S]: past_len[b] + s
 
 
+@dataclass
+class CacheStep:
+    """The caches after the step, and the rows attention reads."""
+
+    present_key: Tensor  # [B,Hkv,T,Dc] (stored form: int8 / packed int4 when quantized)
+    present_value: Tensor
+    read_key: Tensor  # [B,Hkv,R,Dc]: the present rows (R <= T), or a window cache's staged rows
+    read_value: Tensor
+    key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
+
+
 @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)
@@ -89,84 +100,149 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
     codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
-    past_key, past_value = past_caches(tb, ins, attrs)
-    if attrs.window_cache:  # attention reads the staged rows; the buffer keeps the resident ones
-        check_window_lengths(tb, step, past_key, attrs.local_window_size)
-        plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
-        read_key_BHkvTDc, present_key_BHkvTDc = plan.apply(tb, past_key, key_BHkvSDc)
-        read_value_BHkvTDc, present_value_BHkvTDc = plan.apply(tb, past_value, value_BHkvSDc)
-        key_pos = plan.key_abs_B1X  # [B,1,T]
-    else:
-        capacity_growth = cache_growth(tb, b, step, past_key)
-        T = tb.dim_add(tb.size(past_key, 2), capacity_growth)
-        write_row_BS = checked_cache_rows(tb, step, ins, tb.size(past_key, 2), T)
-        index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-        present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, capacity_growth)
-        present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, capacity_growth)
-        read_key_BHkvTDc, read_value_BHkvTDc = present_key_BHkvTDc, present_value_BHkvTDc
-        may_be_fixed = not (isinstance(capacity_growth, int) and capacity_growth > 0)  # a growing cache reads all rows
-        if may_be_fixed and ins.attention_bias is None and not attrs.qk_output:
-            rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
-            read_key_BHkvTDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
-            read_value_BHkvTDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
-        key_pos = tb.arange(tb.size(read_key_BHkvTDc, 2))  # [T] (or [R])
-    key_BHkvTDh, value_BHkvTDh = codec.decode(tb, read_key_BHkvTDc, "key"), codec.decode(tb, read_value_BHkvTDc, "value")
-    visible_BST = visible_keys(tb, step, attrs, key_pos)
+    update = window_cache_step if attrs.window_cache else kv_cache_step
+    cache = update(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc)
+    key_BHkvRDh, value_BHkvRDh = codec.decode(tb, cache.read_key, "key"), codec.decode(tb, cache.read_value, "value")
+    visible_BSR = visible_keys(tb, step, attrs, cache.key_pos)
     if attrs.window_cache:
-        bias = window_bias(tb, ins, step, plan.key_abs_B1X)
+        bias = window_bias(tb, ins, step, cache.key_pos)
     else:
-        bias = padded_bias(tb, ins, step, present_key_BHkvTDc)
+        bias = padded_bias(tb, ins, step, cache.present_key)
+    read_B1R = read_rows(tb, step, cache.key_pos)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias)
-    else:
-        attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias), None
+        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R)
+    else:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
+        key_BHkvRDh, value_BHkvRDh = (zero_unread_rows(tb, read_B1R, x) for x in (key_BHkvRDh, value_BHkvRDh))
+        attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
-    results = [output_BSD, present_key_BHkvTDc, present_value_BHkvTDc, qk_BHSTt][: b.num_results]
+    results = [output_BSD, cache.present_key, cache.present_value, qk_BHSTt][: b.num_results]
     return [b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]
 
+
+def window_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """A window-sized buffer: attention reads the staged rows, the buffer keeps the resident ones (gqa_window.py)."""
+    past_key, past_value = past_caches(tb, ins, attrs)
+    check_window_lengths(tb, step, past_key, attrs.local_window_size)
+    plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
+    read_key_BHkvXDc, present_key_BHkvCDc = plan.apply(tb, past_key, key_BHkvSDc)
+    read_value_BHkvXDc, present_value_BHkvCDc = plan.apply(tb, past_value, value_BHkvSDc)
+    return CacheStep(present_key_BHkvCDc, present_value_BHkvCDc, read_key_BHkvXDc, read_value_BHkvXDc, plan.key_abs_B1X)
+
+
+def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """A growing cache or a fixed-capacity buffer: the new rows are written at their positions.
+
+    A buffer that may be fixed-capacity is read on its rows [0, R) only,
+    R = max(seqlens_k) + 1, unless attention_bias or output_qk keep its
+    capacity as their key columns.
+    """
+    past_key, past_value = past_caches(tb, ins, attrs)
+    P = tb.size(past_key, 2)
+    growth = cache_growth(tb, b, step, past_key)
+    write_row_BS = checked_cache_rows(tb, step, ins, P, tb.dim_add(P, growth))
+    index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+    present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
+    present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
+    read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
+    may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
+    if may_be_fixed and ins.attention_bias is None and not attrs.qk_output:
+        rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
+        read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
+        read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
+    key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
 
 
 # -- shapes -----------------------------------------------------------------------
 
 # Where each input holds the batch (B) and sequence (S) dims.
 _BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0, "query_seqlens": 0}
-_SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1}
+_SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1, "attention_bias": 2}
+_OP = "GroupQueryAttention"
+_NO_BROADCAST = " (a dimension only known at run time is not broadcast; onnxruntime rejects other sizes)"
 
 
 def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInputs:
     """Give B and S their static size in every input when any input knows it,
-    and the head dims of key, value and the caches theirs.
+    and the head dims of key, value and the caches theirs; check at run time
+    every dim the lowering assumes equal to another but only then knows.
 
     Mixed static and dynamic batch dims are legal ONNX, but torch-mlir's
     attention lowering rejects operands whose batch dims disagree that way;
     exporters also declare the cache's head size symbolic (onnxruntime-genai's
-    ``kv_cache_dim``), which the attributes and the query fix.
+    ``kv_cache_dim``), which the attributes and the query fix.  onnxruntime
+    checks these shapes on every call; torch-mlir's casts and broadcasts trust
+    the types, so an unchecked mismatch would read out of bounds.
     """
-    Dh, Hkv = ins.head_size, attrs.kv_num_heads
+    Dh, Hkv, H = ins.head_size, attrs.kv_num_heads, attrs.num_heads
     Dc = Dh // 2 if attrs.kv_bits == 4 else Dh
-    for name in ("past_key", "past_value"):
-        if getattr(ins, name) is not None:
-            setattr(ins, name, tb.refine(getattr(ins, name), {1: Hkv, 3: Dc}))
-    for name in ("key", "value"):
-        if getattr(ins, name) is not None:
-            setattr(ins, name, tb.refine(getattr(ins, name), {2: Hkv * Dh}))
-    bias = ins.attention_bias
+    _refine(tb, ins, "past_key", {1: Hkv, 3: Dc})
+    _refine(tb, ins, "past_value", {1: Hkv, 3: Dc})
+    _refine(tb, ins, "key", {2: Hkv * Dh})
+    _refine(tb, ins, "value", {2: Hkv * Dh})
+    _refine(tb, ins, "head_sink", {0: H})
     batch_dims = dict(_BATCH_DIMS)
-    if bias is not None and bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
-        batch_dims["attention_bias"] = 0
+    if ins.attention_bias is not None:
+        if ins.attention_bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
+            batch_dims["attention_bias"] = 0
+        if ins.attention_bias.shape[1] is None:
+            _refine(tb, ins, "attention_bias", {1: H}, _NO_BROADCAST)
     for what, dims in (("batch", batch_dims), ("sequence", _SEQ_DIMS)):
-        given = {n: getattr(ins, n).shape[d] for n, d in dims.items() if getattr(ins, n) is not None}
-        known = set(given.values()) - {None}
-        if len(known) > 1:
-            sizes = ", ".join(f"{n} {s}" for n, s in given.items() if s is not None)
-            raise Refusal(f"the inputs disagree on the {what} size: {sizes}")
-        if len(known) == 1:
-            size = known.pop()
-            for name, d in dims.items():
-                if getattr(ins, name) is not None:
-                    setattr(ins, name, tb.refine(getattr(ins, name), {d: size}))
+        _unify(tb, ins, what, dims)
+    _check_paired_dims(tb, ins)
     return ins
+
+
+def _refine(tb: TorchBuilder, ins: GqaInputs, name: str, dims: dict, why: str = "") -> None:
+    t = getattr(ins, name)
+    if t is not None:
+        setattr(ins, name, tb.refine(t, dims, f"{_OP}: {name}", why))
+
+
+def _unify(tb: TorchBuilder, ins: GqaInputs, what: str, dims: dict) -> None:
+    """One size for the batch (or sequence) dim of every input: the static one
+    when any input has it, else the query's, checked at run time."""
+    given = {n: getattr(ins, n).shape[d] for n, d in dims.items() if getattr(ins, n) is not None}
+    known = set(given.values()) - {None}
+    if len(known) > 1:
+        sizes = ", ".join(f"{n} {s}" for n, s in given.items() if s is not None)
+        raise Refusal(f"the inputs disagree on the {what} size: {sizes}")
+    why = _NO_BROADCAST if what == "batch" else " (onnxruntime rejects it otherwise)"
+    if known:
+        size = known.pop()
+        for name, d in dims.items():
+            _refine(tb, ins, name, {d: size}, why)
+        return
+    size = tb.size(ins.query, dims["query"])
+    for name, d in dims.items():
+        t = getattr(ins, name)
+        if t is not None and name != "query":
+            tb.check_dim(t, d, size, f"{_OP}: {name} dimension {d} must equal the {what} size (query dimension {dims['query']}){why}")
+
+
+def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
+    """past_value's rows are past_key's, sin_cache's shape is cos_cache's, seqlens_k has
+    one entry per batch row, total_sequence_length one element and the query at
+    least one row (run-time sizes)."""
+    pairs = [("past_value", "past_key", 2), ("sin_cache", "cos_cache", 0)]
+    for name, other, d in pairs:
+        t, ref = getattr(ins, name), getattr(ins, other)
+        if t is not None:
+            tb.check_dim(t, d, tb.size(ref, d), f"{_OP}: {name} dimension {d} must equal {other}'s (onnxruntime rejects it otherwise)")
+    B = tb.size(ins.query, 0)
+    seqlens = ins.seqlens_k
+    entries = tb.size(seqlens, 0) if seqlens.rank == 1 else tb.dim_mul(tb.size(seqlens, 0), tb.size(seqlens, 1))
+    if not (isinstance(entries, int) and isinstance(B, int)):
+        tb.runtime_assert(tb.dim_eq(entries, B), f"{_OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
+    total = ins.total_sequence_length
+    if total.rank == 1:
+        tb.check_dim(total, 0, 1, f"{_OP}: total_sequence_length must hold one element")
+    S = tb.size(ins.query, 1)
+    if not isinstance(S, int):  # a static 0 is refused at compile time
+        tb.runtime_assert(
+            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 (onnxruntime rejects an empty sequence)"
+        )
 
 
 # -- positions ------------------------------------------------------------------
@@ -423,6 +499,42 @@ def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
     return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
 
 
+def read_rows(tb: TorchBuilder, step: Step, key_pos: Tensor) -> Tensor:
+    """i1 [B,1,T]: the rows batch row b reads, positions <= seqlens_k[b] (a prefix of the rows).
+
+    onnxruntime's P.V for row b spans exactly these; ours span all T rows with
+    probability 0 past them, and 0 * NaN is NaN: a NaN in a row b never reads
+    (a shorter row of a ragged batch, a shared buffer's unused rows) must not
+    reach b's output.  ``key_pos``: [T], or per batch row [B,1,T] (window cache).
+    """
+    last_B11 = tb.unsqueeze(tb.unsqueeze(step.seqlens_B, 1), 2)  # [B] -> [B,1,1]
+    return tb.le(key_pos, last_B11)  # [T] or [B,1,T] <= [B,1,1] -> [B,1,T]
+
+
+def zero_unread_rows(tb: TorchBuilder, read_B1T: Tensor, x_BHkvTD: Tensor) -> Tensor:
+    """``x`` with the rows batch row b does not read set to 0 (a select over the whole tensor)."""
+    return tb.where_else_scalar(tb.unsqueeze(read_B1T, 3), x_BHkvTD, 0.0)  # [B,1,T,1] ? x : 0
+
+
+def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor) -> Tensor:
+    """P.V with the value rows a batch row does not read zeroed, at the cost of those rows only.
+
+    Rows [0, m), m the fewest rows any batch row reads, are read by every
+    row: a plain matmul.  Only rows [m, T) go through the select; with batch
+    1 (or aligned rows) that tail is empty.  No control flow: IREE's
+    multi-threaded runtime fails on an ``scf.if`` here.
+    """
+    T = tb.size(v_BHkvTDh, 2)
+    if T == 1:  # row 0 is read by every batch row
+        return tb.matmul(probs_BHkvGST, v_BHkvTDh)
+    counts_B11 = tb.sum_dim(tb.to_dtype(read_B1T, "si64"), 2)  # [B,1,T] -> [B,1,1]
+    m = tb.dim_min(tb.dim_max(tb.item(tb.amin(counts_B11, 0)), 0), T)  # -> [1,1,1] -> int in [0, T]
+    head = tb.matmul(tb.slice(probs_BHkvGST, 3, 0, m), tb.slice(v_BHkvTDh, 2, 0, m))  # [..,GS,m] x [..,m,Dh]
+    tail_v = zero_unread_rows(tb, tb.slice(read_B1T, 2, m, T), tb.slice(v_BHkvTDh, 2, m, T))  # [B,Hkv,T-m,Dh]
+    tail = tb.matmul(tb.slice(probs_BHkvGST, 3, m, T), tail_v)  # [..,GS,T-m] x [..,T-m,Dh]
+    return tb.add(head, tail)  # -> [B,Hkv,G*S,Dh]
+
+
 def grow_rows(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     """past followed by ``growth`` zero rows, as a concatenation: backends then fill the new rows only.
 
@@ -549,7 +661,7 @@ def unless_empty(tb: TorchBuilder, query_BHSDh: Tensor, key_BHkvTDh: Tensor, att
     return tb.if_else(empty, query_BHSDh.shape, query_BHSDh.dtype, lambda inner: inner.full_like(query_BHSDh, 0.0), attend)
 
 
-def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias):
+def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T):
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32.
 
     Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
@@ -572,7 +684,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
     probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
     probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
-    attn_BHkvGSDh = tb.matmul(probs_BHkvGST, v)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
     attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
