@@ -388,6 +388,14 @@ class TorchBuilder:
     def mul_scalar(self, t: Tensor, scalar: float) -> Tensor:
         return self.tensor_op("torch.aten.mul.Scalar", [t.value, self.float(scalar)], t.shape, t.dtype)
 
+    def add_float(self, t: Tensor, scalar: float) -> Tensor:
+        """``t + scalar`` with a float scalar."""
+        return self.tensor_op("torch.aten.add.Scalar", [t.value, self.float(scalar), self.int(1)], t.shape, t.dtype)
+
+    def lt_float(self, t: Tensor, scalar: float) -> Tensor:
+        """``t < scalar`` with a float scalar, as i1."""
+        return self.tensor_op("torch.aten.lt.Scalar", [t.value, self.float(scalar)], t.shape, "i1")
+
     def _binary(self, name: str, a: Tensor, b: Tensor, dtype: str, extra=()) -> Tensor:
         shape = broadcast_shapes(a.shape, b.shape)
         return self.tensor_op(name, [a.value, b.value, *extra], shape, dtype)

@@ -83,6 +83,9 @@ FEATURES = [
     # onnxruntime enables these flags only for the exact value 1: 2 means off.
     ("do_rotary_two_means_off", C(batch=1, seq=1, past=3), {"do_rotary": 2}),
     ("smooth_softmax_two_means_off", C(batch=1, seq=1, past=3), {"smooth_softmax": 2}),
+    # onnxruntime reads v_quant_type only when k_quant_type turns quantization on.
+    ("v_quant_type_without_k_quant_type_means_off", C(batch=1, seq=1, past=3), {"v_quant_type": "PER_TENSOR"}),
+    ("softcap_nan_means_off", C(batch=1, seq=2, past=3), {"softcap": float("nan")}),  # NaN > 0 is false
 ]
 
 
@@ -185,3 +188,29 @@ def test_window_cache_generation_crosses_evictions(dtype):
         assert not problems, f"step {step} (T={tokens + S}):\n" + "\n".join(problems)
         ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
         tokens += S
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("softcap", [1e4, 1e30])
+def test_large_softcap_keeps_the_scores(softcap, backend):
+    """softcap * tanh(x / softcap) with x / softcap tiny: the refbackend's tanh
+    loses small arguments' relative precision (1.05 off at softcap 1e30 before
+    the series below 0.05), which the cap multiplies back."""
+    cfg = C(batch=1, seq=3, past=0, packed=True)
+    model, feeds = make_model(cfg, {"softcap": softcap}), make_inputs(cfg)
+    session = InferenceSession(model, backend=backend, threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_infinite_softcap_gives_onnxruntimes_nan(backend):
+    """onnxruntime accepts softcap = inf and computes inf * tanh(x / inf) = NaN scores: ours too, element for element."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3))
+    model, feeds = make_model(cfg, {"softcap": float("inf")}), make_inputs(cfg)
+    want = run_onnxruntime(model, feeds)
+    session = InferenceSession(model, backend=backend, threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert np.isnan(want["output"]).any()
+    np.testing.assert_array_equal(np.isnan(got["output"]), np.isnan(want["output"]))
+    np.testing.assert_allclose(got["output"], want["output"], rtol=1e-4, atol=1e-4, equal_nan=True)

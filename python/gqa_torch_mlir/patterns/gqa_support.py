@@ -43,7 +43,13 @@ def _any_int(v):
     return True
 
 
+def _any_float(v):
+    return True  # onnxruntime uses any value as given
+
+
 def _finite(v):
+    # onnxruntime runs a NaN or infinite scale into NaN scores, with its
+    # kernel's shortcuts deciding which outputs stay finite: refused.
     return math.isfinite(v)
 
 
@@ -55,7 +61,7 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "do_rotary": AttrRule("int", 0, _any_int, "1 rotates Q and K; any other value means off (as onnxruntime)"),
     "rotary_interleaved": AttrRule("int", 0, _any_int, "1 interleaved pairs, any other value rotate-half"),
     "scale": AttrRule("float", 0.0, _finite, "finite; 0 means 1/sqrt(head_size), other values used as given"),
-    "softcap": AttrRule("float", 0.0, _finite, "finite; > 0 caps scores as softcap*tanh(x/softcap), <= 0 off"),
+    "softcap": AttrRule("float", 0.0, _any_float, "> 0 caps scores as softcap*tanh(x/softcap) (infinity: onnxruntime's NaN), <= 0 or NaN off"),
     "local_window_size": AttrRule("int", -1, _any_int, "W >= 0: each query sees its last W keys; < 0 no window"),
     "smooth_softmax": AttrRule("int", -1, _any_int, "1 adds exp(0 - max) to the softmax denominator; other values off"),
     "causal": AttrRule("int", 1, _is(0, 1), "0 or 1 (0 requires local_window_size -1)"),
@@ -63,7 +69,7 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "sliding_window_cache": AttrRule("int", 0, _any_int, "1: window-sized buffers with onnxruntime's eviction (needs local_window_size > 0); other values off"),
     "kv_cache_bit_width": AttrRule("int", 0, _is(0, 4, 8), "0 without quantization; 8 (int8 cache) or 4 (uint8 cache, two values a byte) with it"),
     "k_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as v_quant_type)"),
-    "v_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as k_quant_type)"),
+    "v_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as k_quant_type; ignored when k_quant_type is 'NONE', as onnxruntime)"),
     # Epsilons only matter with q_norm_weight/k_norm_weight, which are refused.
     "qk_norm_epsilon": AttrRule("float", 1e-6, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
     "q_norm_epsilon": AttrRule("float", None, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
@@ -171,8 +177,10 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
 
 
 def _check_quantization(values: dict):
+    """k_quant_type turns quantization on (onnxruntime's rule); v_quant_type is
+    only read then, and must equal it: with 'NONE' any valid v_quant_type is ignored."""
     quant, bits = values["k_quant_type"], values["kv_cache_bit_width"]
-    if quant != values["v_quant_type"]:
+    if quant != "NONE" and quant != values["v_quant_type"]:
         raise Refusal(f"'{values['v_quant_type']}' differs from k_quant_type '{quant}' (onnxruntime requires them equal)", "attribute 'v_quant_type'")
     if quant == "NONE" and bits != 0:
         raise Refusal(f"value {bits} needs k_quant_type/v_quant_type other than 'NONE'", "attribute 'kv_cache_bit_width'")

@@ -678,7 +678,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
     scores_BHST = tb.mul_scalar(scores_BHST, effective_scale(attrs, ins.head_size))
     if attrs.softcap > 0:
-        scores_BHST = tb.mul_scalar(tb.tanh(tb.mul_scalar(scores_BHST, 1.0 / attrs.softcap)), attrs.softcap)
+        scores_BHST = soft_cap(tb, scores_BHST, attrs.softcap)
     if bias is not None:
         scores_BHST = tb.add(scores_BHST, tb.to_dtype(bias, "f32"))
     visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
@@ -691,6 +691,26 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
         raw = tb.where_else_scalar(visible_B1ST, scores_BHST, 0.0) if attrs.qk_output == 1 else probs_BHST
         qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
     return tb.to_dtype(attn_BHSDh, dtype), qk
+
+
+_TANH_SERIES_BELOW = 0.05  # |y| where the odd series to y^7 is exact to f32 (next term ~2e-14 relative)
+
+
+def soft_cap(tb: TorchBuilder, scores: Tensor, cap: float) -> Tensor:
+    """``cap * tanh(x / cap)``, with tanh accurate to f32 for small arguments.
+
+    The refbackend's tanh loses the relative precision of small arguments
+    (tanh(1e-6) comes out 1.013e-6, tanh(1e-30) 0), which a large cap then
+    multiplies back into the scores: below |y| = 0.05 tanh's odd Taylor
+    series y - y^3/3 + 2y^5/15 - 17y^7/315 is used instead.
+    """
+    y = tb.mul_scalar(scores, 1.0 / cap)
+    y2 = tb.mul(y, y)
+    inner = tb.add_float(tb.mul_scalar(y2, -17.0 / 315.0), 2.0 / 15.0)  # 2/15 - 17y^2/315
+    inner = tb.add_float(tb.mul(y2, inner), -1.0 / 3.0)  # -1/3 + y^2 (...)
+    series = tb.mul(y, tb.add_float(tb.mul(y2, inner), 1.0))  # y (1 + y^2 (...))
+    small = tb.lt_float(tb.abs(y), _TANH_SERIES_BELOW)
+    return tb.mul_scalar(tb.where(small, series, tb.tanh(y)), cap)
 
 
 def masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tensor:
