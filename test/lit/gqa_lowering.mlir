@@ -168,13 +168,13 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[SAME_B:.+]] = torch.aten.eq.int %[[KEY_B]], %[[B]]
 // CHECK:         torch.runtime.assert %[[SAME_B]], "gqa-torch-mlir: GroupQueryAttention: key dimension 0 must equal the batch size (query dimension 0)
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 0 must equal the batch size
+// CHECK:         %[[ENTRIES:.+]] = torch.aten.size.int %arg5, %int0
+// CHECK:         %[[ONE_PER_ROW:.+]] = torch.aten.eq.int %[[ENTRIES]], %[[B]]
+// CHECK:         torch.runtime.assert %[[ONE_PER_ROW]], "gqa-torch-mlir: GroupQueryAttention: seqlens_k dimension 0 must equal the batch size
 // CHECK:         %[[S:.+]] = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: value dimension 1 must equal the sequence size (query dimension 1)
 // CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 2 must equal past_key's
-// CHECK:         %[[ENTRIES:.+]] = torch.aten.size.int %arg5, %int0
-// CHECK:         %[[ONE_PER_ROW:.+]] = torch.aten.eq.int %[[ENTRIES]], %[[B]]
-// CHECK:         torch.runtime.assert %[[ONE_PER_ROW]], "gqa-torch-mlir: GroupQueryAttention: seqlens_k must hold one entry per batch row
 // CHECK:         %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1, %[[S]]
 // CHECK:         torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
 // CHECK:         torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>

@@ -324,6 +324,9 @@ CASES: List[Case] = [
     case("batch_size_zero", [Q0, "dimension 0"], "crashes",
          **_inp(query=(F32, [0, S, H * DH]), key=(F32, [0, S, HKV * DH]), value=(F32, [0, S, HKV * DH]),
                 past_key=(F32, [0, HKV, P, DH]), past_value=(F32, [0, HKV, P, DH]), seqlens_k=(I32, [0]))),
+    case("seqlens_k_empty_for_a_dynamic_batch", [SL5, "no entry", "empty batch"], "run",
+         **_inp(query=(F32, ["batch", S, H * DH]), key=(F32, ["batch", S, HKV * DH]), value=(F32, ["batch", S, HKV * DH]),
+                past_key=(F32, ["batch", HKV, P, DH]), past_value=(F32, ["batch", HKV, P, DH]), seqlens_k=(I32, [0]))),
     # -- declared output types that contradict the inputs --------------------------------------------
     Case("output_declared_f16_for_f32_inputs", lambda: gqa_model(edit=_set_output(0, elem=F16)), ("output 0 'output'", "f16"), "load"),
     Case("output_declared_hidden_32", lambda: gqa_model(edit=_set_output(0, dims={2: 32})), ("output 0 'output'", "32"), "accepts",

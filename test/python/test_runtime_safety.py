@@ -143,7 +143,7 @@ SHAPE_MISMATCHES = [
     ("key_batch", DYNAMIC, _resized(key=(0, 3), value=(0, 3)), "key dimension 0 must equal the batch size"),
     ("value_sequence", C(batch=1, seq=1, past=4, dynamic=True), _resized(value=(1, 2)), "value dimension 1 must equal the sequence size"),
     ("past_value_rows", DYNAMIC, _resized(past_value=(2, 5)), "past_value dimension 2 must equal past_key's"),
-    ("seqlens_k_entries", DYNAMIC, _resized(seqlens_k=(0, 3)), "seqlens_k must hold one entry per batch row"),
+    ("seqlens_k_entries", DYNAMIC, _resized(seqlens_k=(0, 3)), "seqlens_k dimension 0 must equal the batch size"),
     ("position_ids_batch", DYNAMIC_ROTARY, _resized(position_ids=(0, 3)), "position_ids dimension 0 must equal the batch size"),
     ("position_ids_sequence", DYNAMIC_ROTARY, _resized(position_ids=(1, 1)), "position_ids dimension 1 must equal the sequence size"),
     ("sin_cache_rows", DYNAMIC_ROTARY, _resized(sin_cache=(0, 5)), "sin_cache dimension 0 must equal cos_cache's"),
@@ -152,7 +152,7 @@ SHAPE_MISMATCHES = [
     ("query_seqlens_entries", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), dynamic=True), _resized(query_seqlens=(0, 3)), "query_seqlens dimension 0 must equal the batch size"),
     ("fixed_capacity_past_batch", C(batch=2, seq=1, past=6, fixed_capacity=True, dynamic=True), _resized(past_key=(0, 1), past_value=(0, 1)), "past_key dimension 0 must equal the batch size"),
     ("window_cache_past_batch", WINDOW_DYNAMIC, _resized(past_key=(0, 2), past_value=(0, 2)), "past_key dimension 0 must equal the batch size"),
-    ("packed_seqlens_k_entries", C(batch=2, seq=1, past=4, packed=True, dynamic=True), _resized(seqlens_k=(0, 1)), "seqlens_k must hold one entry per batch row"),
+    ("packed_seqlens_k_entries", C(batch=2, seq=1, past=4, packed=True, dynamic=True), _resized(seqlens_k=(0, 1)), "seqlens_k dimension 0 must equal the batch size"),
 ]
 
 
@@ -181,6 +181,23 @@ def test_run_time_shape_mismatch_on_iree(name):
     good = make_inputs(cfg)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, good)))
     assert not compare(cfg, got, run_onnxruntime(model, good), good)
+
+
+def test_static_seqlens_k_length_fixes_a_dynamic_batch():
+    """seqlens_k declared [2] beside a symbolic batch: the batch is 2 (it once failed in torch-mlir's
+    linalg lowering, which met a static 2 and a dynamic batch in one op), checked at run time."""
+    cfg = DYNAMIC
+    model = make_model(cfg)
+    seqlens = next(i for i in model.graph.input if i.name == "seqlens_k")
+    seqlens.type.tensor_type.shape.dim[0].Clear()
+    seqlens.type.tensor_type.shape.dim[0].dim_value = cfg.batch
+    session = InferenceSession(model)
+    feeds = make_inputs(cfg)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    wider = dict(feeds, **{n: _rows(feeds[n], 0, 3) for n in ("query", "key", "value", "past_key", "past_value")})
+    with pytest.raises(RuntimeInvocationError, match="dimension 0 must be 2"):
+        session.run(None, wider)
 
 
 # ---------------------------------------------------------------------------

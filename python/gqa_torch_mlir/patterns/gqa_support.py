@@ -245,6 +245,8 @@ def _check_batch_sized(t: dict):
     """seqlens_k has B elements ([B], [B,1] or [1,B]); attention_bias [B|1, H|1, S, total]."""
     B, S = t["query"].shape[0], t["query"].shape[1]
     seqlens = t["seqlens_k"]
+    if None not in seqlens.shape and math.prod(seqlens.shape) == 0:
+        raise Refusal(f"shape {_fmt(seqlens.shape)} holds no entry; an empty batch is not supported (onnxruntime crashes on it)", _input_subject(5))
     if B is not None and None not in seqlens.shape and math.prod(seqlens.shape) != B:
         raise Refusal(f"shape {_fmt(seqlens.shape)} must hold one entry per batch row (batch size {B})", _input_subject(5))
     bias = t["attention_bias"]

@@ -183,6 +183,9 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
     _refine(tb, ins, "value", {2: Hkv * Dh})
     _refine(tb, ins, "head_sink", {0: H})
     batch_dims = dict(_BATCH_DIMS)
+    seqlens_batch_dim = _seqlens_batch_dim(ins.seqlens_k)
+    if seqlens_batch_dim is not None:  # its static length is the batch size too
+        batch_dims["seqlens_k"] = seqlens_batch_dim
     if ins.attention_bias is not None:
         if ins.attention_bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
             batch_dims["attention_bias"] = 0
@@ -192,6 +195,14 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
         _unify(tb, ins, what, dims)
     _check_paired_dims(tb, ins)
     return ins
+
+
+def _seqlens_batch_dim(seqlens: Tensor) -> Optional[int]:
+    """The dim of seqlens_k holding the batch: 0 for [B], the non-1 one of [B,1] / [1,B] (None: [1,1] or unknown)."""
+    if seqlens.rank == 1:
+        return 0
+    ones = [d == 1 for d in seqlens.shape]
+    return ones.index(False) if ones.count(True) == 1 else None
 
 
 def _refine(tb: TorchBuilder, ins: GqaInputs, name: str, dims: dict, why: str = "") -> None:
@@ -233,7 +244,7 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
     B = tb.size(ins.query, 0)
     seqlens = ins.seqlens_k
     entries = tb.size(seqlens, 0) if seqlens.rank == 1 else tb.dim_mul(tb.size(seqlens, 0), tb.size(seqlens, 1))
-    if not (isinstance(entries, int) and isinstance(B, int)):
+    if _seqlens_batch_dim(seqlens) is None and not (isinstance(entries, int) and isinstance(B, int)):
         tb.runtime_assert(tb.dim_eq(entries, B), f"{_OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
     total = ins.total_sequence_length
     if total.rank == 1:
