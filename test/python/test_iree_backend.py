@@ -300,10 +300,10 @@ def test_torch_mlir_and_iree_bindings_in_one_process():
 def test_refusal_raises_lowering_error_with_repro():
     cfg = C(batch=1, seq=1, past=4)
     with pytest.raises(LoweringError) as info:
-        InferenceSession(make_model(cfg, {"softcap": float("inf")}), backend="iree-cpu", threads=1)
+        InferenceSession(make_model(cfg, {"scale": float("inf")}), backend="iree-cpu", threads=1)
     err = info.value
     assert len(err.diagnostics) == 1
-    assert "attribute 'softcap': value inf is not supported" in err.diagnostics[0]
+    assert "attribute 'scale': value inf is not supported" in err.diagnostics[0]
     command = str(err).rsplit("\n", 1)[-1].strip()
     assert command.startswith("gqa-torch-mlir-opt --convert-onnx-gqa-to-torch ")
     tool = os.path.join(os.path.dirname(sys.executable), "gqa-torch-mlir-opt")
