@@ -7,10 +7,13 @@ compiled code and aborts on an out-of-bounds access, so one would fail this
 test file loudly.  A negative control (in a child process) shows that this
 detector does stop an unclamped scatter.
 
-An empty batch or sequence fed at run time to a dynamic model computes an
-empty step (or is refused where onnxruntime refuses it), in child processes
-so that a crash fails a test instead of pytest; and a NaN in the inputs
-reaches exactly the output heads that read it, as in onnxruntime.
+Run-time shapes that disagree (dynamic dims) fail a named check, as
+onnxruntime rejects them.  An empty batch fed at run time to a dynamic model
+computes an empty step and an empty sequence is refused, as onnxruntime
+refuses it; these run in child processes so that a crash fails a test
+instead of pytest.  A NaN in the inputs reaches exactly the output heads
+that read it, as in onnxruntime, and never from a row a batch row does not
+read.
 """
 
 from __future__ import annotations
