@@ -214,3 +214,16 @@ def test_infinite_softcap_gives_onnxruntimes_nan(backend):
     assert np.isnan(want["output"]).any()
     np.testing.assert_array_equal(np.isnan(got["output"]), np.isnan(want["output"]))
     np.testing.assert_allclose(got["output"], want["output"], rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 1), (1, 2, 1), (1, 2)], ids=lambda s: "x".join(map(str, s)))
+def test_seqlens_k_in_more_dims_of_one(shape):
+    """onnxruntime counts seqlens_k's B entries whatever dims of 1 surround them: so does the lowering."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3))
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    declared = next(i for i in model.graph.input if i.name == "seqlens_k").type.tensor_type.shape
+    del declared.dim[:]
+    for n in shape:
+        declared.dim.add().dim_value = n
+    feeds["seqlens_k"] = feeds["seqlens_k"].reshape(shape)
+    assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), dict(feeds, seqlens_k=feeds["seqlens_k"].reshape(-1)))

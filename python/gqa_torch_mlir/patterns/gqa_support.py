@@ -91,7 +91,7 @@ INPUTS: List[InputRule] = [
     InputRule(2, "value", True, "[B,S,Hkv*Dh]; absent with packed QKV"),
     InputRule(3, "past_key", True, "[B,Hkv,P,Dh] (int8, or uint8 [B,Hkv,P,Dh/2], when quantized) or absent (empty past); present has max(P, total_sequence_length) rows"),
     InputRule(4, "past_value", True, "[B,Hkv,P,Dh]; given together with past_key"),
-    InputRule(5, "seqlens_k", True, "int32 [B] (or [B,1] / [1,B]): total tokens - 1 per row (ragged rows allowed)"),
+    InputRule(5, "seqlens_k", True, "int32 [B] (or B entries with every other dim 1: [B,1], [1,B], [B,1,1]...): total tokens - 1 per row (ragged rows allowed)"),
     InputRule(6, "total_sequence_length", True, "int32 scalar: P+S (growing cache), <= P (fixed capacity), S on a first prompt"),
     InputRule(7, "cos_cache", True, "[M,R/2] with R <= Dh (R < Dh: partial rotary), with do_rotary=1"),
     InputRule(8, "sin_cache", True, "[M,R/2], like cos_cache"),
@@ -370,8 +370,9 @@ def _check_dtype(x, slot: int, dtype: str):
 
 def _check_lengths(t: dict):
     seqlens = _require(t, "seqlens_k")
-    if seqlens.rank not in (1, 2) or (seqlens.rank == 2 and 1 not in seqlens.shape and None not in seqlens.shape):
-        raise Refusal(f"must be [B], [B,1] or [1,B], got shape {_fmt(seqlens.shape)}", _input_subject(5))
+    if seqlens.rank == 0 or sum(d not in (1, None) for d in seqlens.shape) > 1:
+        # onnxruntime counts B elements, each dim 1 or B
+        raise Refusal(f"must be [B], or B entries with every other dim 1 ([B,1], [1,B]...), got shape {_fmt(seqlens.shape)}", _input_subject(5))
     if seqlens.dtype != "si32":
         raise Refusal(f"element type {seqlens.dtype} is not supported; onnxruntime requires int32", _input_subject(5))
     total = _require(t, "total_sequence_length")

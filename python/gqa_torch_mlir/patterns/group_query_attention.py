@@ -52,7 +52,7 @@ class GqaInputs:
     value: Optional[Tensor]
     past_key: Optional[Tensor]  # [B,Hkv,P,Dh]; None: an empty past
     past_value: Optional[Tensor]
-    seqlens_k: Tensor  # [B] (or [B,1] / [1,B]) si32
+    seqlens_k: Tensor  # [B] (or B entries in more dims of 1: [B,1], [1,B], [B,1,1]...) si32
     total_sequence_length: Tensor  # [] or [1] si32
     cos_cache: Optional[Tensor]  # [M,R/2]
     sin_cache: Optional[Tensor]
@@ -198,11 +198,12 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
 
 
 def _seqlens_batch_dim(seqlens: Tensor) -> Optional[int]:
-    """The dim of seqlens_k holding the batch: 0 for [B], the non-1 one of [B,1] / [1,B] (None: [1,1] or unknown)."""
+    """The dim of seqlens_k holding the batch: 0 for [B], the one dim not 1 of [B,1], [1,B,1]...
+    (None when no single dim is: all 1, or several dynamic)."""
     if seqlens.rank == 1:
         return 0
-    ones = [d == 1 for d in seqlens.shape]
-    return ones.index(False) if ones.count(True) == 1 else None
+    others = [i for i, d in enumerate(seqlens.shape) if d != 1]
+    return others[0] if len(others) == 1 else None
 
 
 def _refine(tb: TorchBuilder, ins: GqaInputs, name: str, dims: dict, why: str = "") -> None:
@@ -243,7 +244,9 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
             tb.check_dim(t, d, tb.size(ref, d), f"{_OP}: {name} dimension {d} must equal {other}'s (onnxruntime rejects it otherwise)")
     B = tb.size(ins.query, 0)
     seqlens = ins.seqlens_k
-    entries = tb.size(seqlens, 0) if seqlens.rank == 1 else tb.dim_mul(tb.size(seqlens, 0), tb.size(seqlens, 1))
+    entries = tb.size(seqlens, 0)
+    for d in range(1, seqlens.rank):
+        entries = tb.dim_mul(entries, tb.size(seqlens, d))
     if _seqlens_batch_dim(seqlens) is None and not (isinstance(entries, int) and isinstance(B, int)):
         tb.runtime_assert(tb.dim_eq(entries, B), f"{_OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
     total = ins.total_sequence_length
@@ -263,7 +266,7 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
     """past_len[b]: seqlens_k[b] + 1 - query_seqlens[b] for a right-padded chunk;
     else 0 on a first prompt (S == total_sequence_length), seqlens_k[b] + 1 - S otherwise."""
     S = tb.size(ins.query, 1)
-    seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, 1)  # [B,1]|[1,B] -> [B]
+    seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, ins.seqlens_k.rank - 1)  # [B,1]|[1,B]|[1,B,1] -> [B]
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
     total = tb.to_dtype(ins.total_sequence_length, "si64")  # si32 [] -> si64 []
     if ins.query_seqlens is not None:  # total_sequence_length is only an upper bound then
