@@ -18,6 +18,8 @@ read.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 
@@ -133,7 +135,7 @@ def _rows(array: np.ndarray, axis: int, n: int) -> np.ndarray:
     return np.take(array, np.arange(n) % array.shape[axis], axis=axis)
 
 
-def _resized(**changes) -> callable:
+def _resized(**changes) -> Callable[[dict], dict]:
     """A feed mutation: input name -> (axis, new size)."""
     return lambda feeds: {name: _rows(feeds[name], axis, n) for name, (axis, n) in changes.items()}
 
