@@ -36,9 +36,11 @@ def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _known_types(graph: onnx.GraphProto) -> Dict[str, onnx.TypeProto]:
+    """Types with an element type and a shape (torch-mlir's importer types a value without a shape as rank 0)."""
     types = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.elem_type and tt.HasField("shape"):
             types[vi.name] = vi.type
     for init in graph.initializer:
         types.setdefault(init.name, helper.make_tensor_type_proto(init.data_type, list(init.dims)))
@@ -52,23 +54,36 @@ def _dims(tp: onnx.TypeProto) -> Optional[List]:
 
 
 def _type_gqa_outputs(graph: onnx.GraphProto) -> bool:
-    """Add value_info for untyped GroupQueryAttention outputs whose inputs are typed."""
+    """Type the GroupQueryAttention outputs that have no type or no shape, from typed inputs.
+
+    An untyped one gets a value_info; a graph output declared without a shape
+    gets the shape in place (onnx's inference does this for its own ops).
+    """
     types, added = _known_types(graph), False
+    outputs = {vi.name: vi for vi in graph.output}
     for node in graph.node:
         if (node.domain, node.op_type) != GQA:
             continue
         missing = [i for i, name in enumerate(node.output) if name and name not in types]
-        if not missing:
-            continue
-        shapes = _gqa_output_shapes(node, types)
+        shapes = _gqa_output_shapes(node, types) if missing else None
         if shapes is None:
             continue
-        elem = types[node.input[0]].tensor_type.elem_type
-        for i in missing:
-            if i < len(shapes):
-                graph.value_info.append(helper.make_tensor_value_info(node.output[i], elem, shapes[i]))
-                added = True
+        for i in (i for i in missing if i < len(shapes)):
+            typed = helper.make_tensor_value_info(node.output[i], _output_elem(node, types, i), shapes[i])
+            declared = outputs.get(node.output[i])
+            if declared is not None and declared.type.tensor_type.elem_type:  # keep its element type
+                declared.type.tensor_type.shape.CopyFrom(typed.type.tensor_type.shape)
+            else:
+                graph.value_info.append(typed)
+            added = True
     return added
+
+
+def _output_elem(node: onnx.NodeProto, types, i: int) -> int:
+    """Output i's element type: past_key's for present_key/value (int8/uint8 when quantized), else the query's."""
+    past = node.input[3] if len(node.input) > 3 else ""
+    source = past if i in (1, 2) and past in types else node.input[0]
+    return types[source].tensor_type.elem_type
 
 
 def _gqa_output_shapes(node: onnx.NodeProto, types) -> Optional[List[List]]:

@@ -227,3 +227,33 @@ def test_seqlens_k_in_more_dims_of_one(shape):
         declared.dim.add().dim_value = n
     feeds["seqlens_k"] = feeds["seqlens_k"].reshape(shape)
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), dict(feeds, seqlens_k=feeds["seqlens_k"].reshape(-1)))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_absent_past_with_static_shapes(batch):
+    """past_key/past_value given as empty names (a first prompt): torch-mlir's linalg lowering
+    refused the empty cache's broadcast before (a size-0 dim expanded to head_size)."""
+    cfg = C(batch=batch, seq=3, past=0, rotary=True)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    node = model.graph.node[0]
+    node.input[3], node.input[4] = "", ""
+    kept = [i for i in model.graph.input if i.name not in ("past_key", "past_value")]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    feeds = {k: v for k, v in feeds.items() if k not in ("past_key", "past_value")}
+    want = run_onnxruntime(model, feeds)
+    assert not compare(cfg, _run_ours(model, feeds), want, dict(feeds, past_key=np.zeros((batch, 2, 0, 16), np.float32)))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [C(batch=2, seq=1, past=6, past_lens=(6, 3)), C(batch=1, seq=3, past=4, rotary=True, dynamic=True), C(batch=1, seq=1, past=4, kv_bits=8)],
+    ids=["static", "dynamic", "int8_cache"],
+)
+def test_graph_outputs_declared_without_a_shape(cfg):
+    """Graph outputs with an element type but no shape: onnxruntime runs them; the importer would
+    type them rank 0, so the plugin's shape inference fills them in (present_* in the cache's type)."""
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)

@@ -450,9 +450,8 @@ def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
     if ins.past_key is not None:
         return ins.past_key, ins.past_value
     empty_B0D = tb.slice(ins.query, 1, 0, 0, in_bounds=True)  # [B,S,D] -> [B,0,D]
-    empty_BHkv0Dh = tb.slice(tb.unsqueeze(empty_B0D, 1), 3, 0, 0)  # -> [B,1,0,D] -> [B,1,0,0]
-    sizes = [-1, attrs.kv_num_heads, 0, ins.head_size]
-    empty = tb.expand(empty_BHkv0Dh, sizes)  # -> [B,Hkv,0,Dh]
+    empty_B10Dh = tb.slice(tb.unsqueeze(empty_B0D, 1), 3, 0, ins.head_size)  # -> [B,1,0,D] -> [B,1,0,Dh] (D >= Dh)
+    empty = tb.expand(empty_B10Dh, [-1, attrs.kv_num_heads, 0, ins.head_size])  # -> [B,Hkv,0,Dh]: only the 1 broadcasts
     return empty, empty
 
 
