@@ -212,6 +212,10 @@ class TorchBuilder:
         """a < b as a !torch.bool value."""
         return self.op("torch.aten.lt.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]
 
+    def dim_le(self, a: Dim, b: Dim):
+        """a <= b as a !torch.bool value."""
+        return self.op("torch.aten.le.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]
+
     def dim_eq(self, a: Dim, b: Dim):
         """a == b as a !torch.bool value."""
         return self.op("torch.aten.eq.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]

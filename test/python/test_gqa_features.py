@@ -229,6 +229,48 @@ def test_seqlens_k_in_more_dims_of_one(shape):
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), dict(feeds, seqlens_k=feeds["seqlens_k"].reshape(-1)))
 
 
+def _declare_input(model, name: str, dims) -> None:
+    """Set graph input ``name``'s declared dims (ints, or dim_param strings)."""
+    shape = next(i for i in model.graph.input if i.name == name).type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        (setattr(shape.dim.add(), "dim_param", d) if isinstance(d, str) else setattr(shape.dim.add(), "dim_value", d))
+
+
+@pytest.mark.parametrize(
+    "declared,fed,backend",
+    [([2, 3], (2, 3), "refbackend"), ([2, 1, 3], (2, 1, 3), "refbackend"), (["batch", "width"], (2, 4), "refbackend"),
+     (["batch", "width"], (2, 4), "iree-cpu")],
+    ids=["wider", "rank3", "dynamic_width", "dynamic_width_iree"],
+)
+def test_position_ids_wider_than_the_sequence_are_read_flat(declared, fed, backend):
+    """onnxruntime reads position_ids [B,W>=S,...] at flat index b*S+s, not [b, s]: so does the lowering."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3), rotary=True, position_ids=True, dynamic=isinstance(declared[0], str))
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    _declare_input(model, "position_ids", declared)
+    wide = np.full(fed, 11, np.int64)
+    wide.reshape(-1)[: cfg.batch * cfg.seq] = feeds["position_ids"].reshape(-1)  # row b=1 of `wide` starts with 11
+    want = run_onnxruntime(model, dict(feeds, position_ids=wide))
+    row_wise = wide.reshape(cfg.batch, -1)[:, : cfg.seq]
+    assert _differs(want, run_onnxruntime(make_model(cfg), dict(feeds, position_ids=row_wise))), "the case cannot tell flat from row-wise"
+    session = InferenceSession(model, backend=backend, threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, dict(feeds, position_ids=wide))))
+    assert not compare(cfg, got, want, feeds)
+
+
+def test_rotary_caches_of_width_0_rotate_nothing():
+    """cos/sin [M,0] with do_rotary=1: onnxruntime accepts them and rotates no dim; so does the lowering."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3), rotary=True)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    for name in ("cos_cache", "sin_cache"):
+        _declare_input(model, name, [cfg.max_seq, 0])
+        feeds[name] = np.zeros((cfg.max_seq, 0), np.float32)
+    want = run_onnxruntime(model, feeds)
+    plain = C(batch=2, seq=1, past=6, past_lens=(6, 3))
+    assert not _differs(want, run_onnxruntime(make_model(plain), make_inputs(plain)))
+    assert not compare(cfg, _run_ours(model, feeds), want, feeds)
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_absent_past_with_static_shapes(batch):
     """past_key/past_value given as empty names (a first prompt): torch-mlir's linalg lowering

@@ -21,9 +21,8 @@ plausible feeds ("run"), runs it ("accepts"), or kills the process
 ("crashes") -- and ``test_onnxruntime_does_as_recorded`` keeps that record
 honest (onnxruntime is probed in a subprocess, so its crashes are observed,
 not suffered).  Cases onnxruntime accepts are fidelity gaps or documented
-limits of the lowering (``ORT_ACCEPTS``, each with its reason);
-``ORT_REJECTS_LOWERING_ACCEPTS`` lists the converse: models onnxruntime
-refuses and the lowering compiles.
+limits of the lowering (``ORT_ACCEPTS``, each with its reason).  A model
+onnxruntime refuses is never compiled: each one found is a case here.
 
 The end of the file has graph-level cases that must WORK against onnxruntime:
 two GQA nodes sharing their inputs, a GQA whose present outputs are not graph
@@ -219,6 +218,8 @@ def _QUANT(bits=8, quant="PER_TENSOR", past=TensorProto.INT8, k_scale=(F32, [1])
     return {"attrs": attrs, "inputs": inputs}
 
 
+_BAD_BATCH_KV = {"query": (F32, [2, S, H * DH]), "key": (F32, [2, S, HKV * DH]), "value": (F32, [2, S, HKV * DH]), "seqlens_k": (I32, [2]),
+                 "past_key": (F32, [2, HKV, P, DH]), "past_value": (F32, [2, HKV, P, DH])}
 _BAD_BATCH = {"query": (F32, [2, S, H * DH]), "key": (F32, [2, S, HKV * DH]), "value": (F32, [2, S, HKV * DH]), "seqlens_k": (I32, [2])}
 
 CASES: List[Case] = [
@@ -298,9 +299,22 @@ CASES: List[Case] = [
     case("cos_cache_width_dynamic", [COS7, "static"], "accepts",
          why="the rotary width is needed statically; onnxruntime reads it at run time",
          attrs={"do_rotary": 1}, **_inp(cos_cache=(F32, [16, "half"]), sin_cache=(F32, [16, "half"]))),
-    case("position_ids_wider_than_sequence", [POS9, "must equal the sequence length"], "accepts",
-         why="onnxruntime reads a wider position_ids with a flat b*S+s index (README limit)",
-         attrs={"do_rotary": 1}, **_inp(**ROTARY, position_ids=(I64, [B, S + 1]))),
+    case("position_ids_narrower_than_sequence", [POS9, "at least the sequence length (1)"], "run",
+         attrs={"do_rotary": 1}, **_inp(**ROTARY, position_ids=(I64, [B, 0]))),
+    case("position_ids_batch_1_of_2_rotary_off", ["batch size", "position_ids 1"], "run",
+         **_inp(**_BAD_BATCH_KV, position_ids=(I64, [1, S]))),
+    case("rotary_width_not_multiple_of_8", [COS7, "multiple of 8"], "run",
+         attrs={"do_rotary": 1}, **_inp(cos_cache=(F32, [16, 4]), sin_cache=(F32, [16, 4]))),
+    # onnxruntime checks cos/sin whenever they are given, whatever do_rotary says.
+    case("rotary_off_cache_too_wide", [COS7, "at most head_size / 2 (8)"], "run", **_inp(cos_cache=(F32, [16, DH]), sin_cache=(F32, [16, DH]))),
+    case("rotary_off_cache_rank1", [COS7, "rank 2"], "crashes", **_inp(cos_cache=(F32, [128]), sin_cache=(F32, [128]))),
+    case("rotary_off_cache_rank3", [COS7, "rank 2"], "run", **_inp(cos_cache=(F32, [16, 1, 8]), sin_cache=(F32, [16, 1, 8]))),
+    case("rotary_off_cache_f16", [COS7, "differs from the query's f32"], "load", **_inp(cos_cache=(F16, [16, 8]), sin_cache=(F16, [16, 8]))),
+    case("rotary_off_cache_shapes_differ", [SIN8, "differs from cos_cache's"], "run", **_inp(cos_cache=(F32, [16, 8]), sin_cache=(F32, [12, 8]))),
+    case("rotary_off_caches_with_head_size_24", [Q0, "head size 24", "multiple of 16 when cos_cache/sin_cache are given"], "run",
+         **_inp(query=(F32, [B, S, H * 24]), key=(F32, [B, S, HKV * 24]), value=(F32, [B, S, HKV * 24]),
+                past_key=(F32, [B, HKV, P, 24]), past_value=(F32, [B, HKV, P, 24]),
+                cos_cache=(F32, [16, 8]), sin_cache=(F32, [16, 8]))),
     # -- key/value and past/present --------------------------------------------------------------
     case("key_without_value", ["'value'", "give both"], "run", **_inp(value=None)),
     case("value_without_key", ["'key'", "give both"], "run", **_inp(key=None)),
@@ -374,15 +388,6 @@ CASES: List[Case] = [
 
 CASE_BY_ID = {c.id: c for c in CASES}
 ORT_ACCEPTS = {c.id: c.why for c in CASES if c.ort == "accepts"}
-
-# Models onnxruntime 1.32 refuses that the lowering compiles (it lowers the op's
-# semantics, not the CPU kernel's restrictions).  Recorded, not asserted as bugs.
-ORT_REJECTS_LOWERING_ACCEPTS: Dict[str, Tuple[Callable[[], onnx.ModelProto], str]] = {
-    "rotary_width_4_of_16": (lambda: gqa_model(attrs={"do_rotary": 1}, inputs={"cos_cache": (F32, [16, 4]), "sin_cache": (F32, [16, 4])}), "run"),
-    "cos_cache_rank1_with_rotary_off": (lambda: gqa_model(inputs={"cos_cache": (F32, [128]), "sin_cache": (F32, [128])}), "crashes"),
-    "present_key_without_present_value": (lambda: gqa_model(outputs=("output", "present_key")), "run"),
-}
-
 
 def test_corpus():
     assert len(CASES) >= 40
@@ -624,15 +629,6 @@ def test_onnxruntime_does_as_recorded(c: Case, probes: Probes):
     assert got["outcome"] == c.ort, f"{c.id}: onnxruntime {got['outcome']} (recorded: {c.ort}): {got['error'][:500]}"
 
 
-@pytest.mark.parametrize("name", sorted(ORT_REJECTS_LOWERING_ACCEPTS))
-def test_onnxruntime_rejects_what_the_lowering_compiles(name: str, tmp_path):
-    """The converse gaps, pinned: the lowering compiles these, onnxruntime does not run them."""
-    build, ort_outcome = ORT_REJECTS_LOWERING_ACCEPTS[name]
-    gqa_torch_mlir.compile(build(), "torch")
-    got = probe_onnxruntime({name: (build(), None)}, tmp_path)[name]
-    assert got["outcome"] == ort_outcome, f"{name}: onnxruntime {got['outcome']} (recorded {ort_outcome}): {got['error'][:500]}"
-
-
 def test_com_microsoft_opset_0_is_refused_not_left_to_torch_mlir():
     """Version 0 of com.microsoft is below our lowering's since-version: the op is
     refused by the plugin pass, never handed to torch-mlir's own GQA lowering
@@ -642,14 +638,18 @@ def test_com_microsoft_opset_0_is_refused_not_left_to_torch_mlir():
         gqa_torch_mlir.compile(model, "torch")
 
 
-def test_cos_cache_shorter_than_total_fails_at_run_time(tmp_path):
+@pytest.mark.parametrize("attrs,extra", [({"do_rotary": 1}, {}), ({"do_rotary": 1}, {"position_ids": (I64, [B, S])}), ({}, {})],
+                         ids=["rotary", "rotary_positions_in_range", "rotary_off"])
+def test_cos_cache_shorter_than_total_fails_at_run_time(attrs, extra, tmp_path):
     """cos/sin with 3 rows for total_sequence_length 5: onnxruntime rejects it at run
-    time; the compiled model does too (its run-time checks), with a clear error."""
-    model = gqa_model(attrs={"do_rotary": 1}, inputs={"cos_cache": (F32, [3, DH // 2]), "sin_cache": (F32, [3, DH // 2])})
-    assert probe_onnxruntime({"m": (model, None)}, tmp_path)["m"]["outcome"] == "run"
+    time (also when the positions read lie in the rows, and with do_rotary=0); the
+    compiled model does too (its run-time checks), with a clear error."""
+    model = gqa_model(attrs=attrs, inputs={"cos_cache": (F32, [3, DH // 2]), "sin_cache": (F32, [3, DH // 2]), **extra})
+    feeds = plausible_feeds(model, {"position_ids": np.zeros((B, S), np.int64)} if extra else None)
+    assert probe_onnxruntime({"m": (model, feeds)}, tmp_path)["m"]["outcome"] == "run"
     sess = InferenceSession(model)
-    with pytest.raises(GqaTorchMlirError, match="cos_cache"):
-        sess.run(None, plausible_feeds(model))
+    with pytest.raises(GqaTorchMlirError, match="cos_cache dimension 0 must not be less than total_sequence_length"):
+        sess.run(None, feeds)
 
 
 # ---------------------------------------------------------------------------

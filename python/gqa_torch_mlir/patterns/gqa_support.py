@@ -93,9 +93,9 @@ INPUTS: List[InputRule] = [
     InputRule(4, "past_value", True, "[B,Hkv,P,Dh]; given together with past_key"),
     InputRule(5, "seqlens_k", True, "int32 [B] (or B entries with every other dim 1: [B,1], [1,B], [B,1,1]...): total tokens - 1 per row (ragged rows allowed)"),
     InputRule(6, "total_sequence_length", True, "int32 scalar: P+S (growing cache), <= P (fixed capacity), S on a first prompt"),
-    InputRule(7, "cos_cache", True, "[M,R/2] with R <= Dh (R < Dh: partial rotary), with do_rotary=1"),
+    InputRule(7, "cos_cache", True, "[M,R/2], R/2 a multiple of 8, R <= Dh (R < Dh: partial rotary, R = 0: none), M >= total_sequence_length; used with do_rotary=1, checked whenever given (as onnxruntime); Dh a multiple of 16 then"),
     InputRule(8, "sin_cache", True, "[M,R/2], like cos_cache"),
-    InputRule(9, "position_ids", True, "int64 [B,S]: rotary positions (a first prompt uses position_ids[0,0] + s, as onnxruntime)"),
+    InputRule(9, "position_ids", True, "int64 [B,W,...], W >= S: rotary positions, entry b*S+s of the flattened tensor (as onnxruntime; a first prompt uses entry 0 + s); shape checked whenever given"),
     InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
     InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
     InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache; ignored without one (as onnxruntime)"),
@@ -307,9 +307,10 @@ def _head_size(t: dict, attrs: GqaAttributes) -> int:
         form = "num_heads" if t["key"] is not None else "num_heads + 2 * kv_num_heads (packed QKV)"
         raise Refusal(f"hidden size {hidden} is not a multiple of {form} = {heads_in_query}", _input_subject(0))
     head_size = hidden // heads_in_query
-    multiple = 16 if attrs.do_rotary else 8
+    rotary_caches = t["cos_cache"] is not None or t["sin_cache"] is not None
+    multiple = 16 if attrs.do_rotary or rotary_caches else 8
     if head_size % multiple:
-        why = " with do_rotary" if attrs.do_rotary else ""
+        why = " with do_rotary" if attrs.do_rotary else " when cos_cache/sin_cache are given" if rotary_caches else ""
         raise Refusal(
             f"head size {head_size} (hidden size {hidden} / {heads_in_query} heads) must be a multiple of {multiple}{why}, "
             "as onnxruntime's CPU kernel requires",
@@ -383,19 +384,24 @@ def _check_lengths(t: dict):
 
 
 def _check_rotary(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
+    """cos/sin caches: checked whenever given, as onnxruntime checks them (do_rotary only decides their use)."""
     caches = [(7, t["cos_cache"]), (8, t["sin_cache"])]
     if (caches[0][1] is None) != (caches[1][1] is None):
         raise Refusal("cos_cache and sin_cache must be both given or both absent", _input_subject(7 if caches[0][1] is None else 8))
-    if not attrs.do_rotary:
-        return  # onnxruntime ignores the caches when do_rotary is not 1
+    if caches[0][1] is None:
+        if attrs.do_rotary:
+            raise Refusal("is required when do_rotary is 1", _input_subject(7))
+        return
     for slot, c in caches:
-        if c is None:
-            raise Refusal("is required when do_rotary is 1", _input_subject(slot))
         _check_rank(c, slot, 2)
         _check_dtype(c, slot, dtype)
-        if c.shape[1] is None or not 0 < 2 * c.shape[1] <= Dh:
-            width = "?" if c.shape[1] is None else c.shape[1]
-            raise Refusal(f"dimension 1 ({width}) must be static and at most head_size / 2 ({Dh // 2})", _input_subject(slot))
+        width = c.shape[1]
+        if width is None or width % 8 or 2 * width > Dh:
+            raise Refusal(
+                f"dimension 1 ({'?' if width is None else width}) must be static, a multiple of 8 and at most "
+                f"head_size / 2 ({Dh // 2}) (onnxruntime rejects it otherwise)",
+                _input_subject(slot),
+            )
     if caches[0][1].shape != caches[1][1].shape:
         raise Refusal(f"shape {_fmt(caches[1][1].shape)} differs from cos_cache's {_fmt(caches[0][1].shape)}", _input_subject(8))
 
@@ -404,12 +410,13 @@ def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
     """position_ids, attention_bias and head_sink."""
     pos = t["position_ids"]
     if pos is not None:
-        _check_rank(pos, 9, 2)
+        if pos.rank < 2:  # onnxruntime reads dimension 1 of it (and crashes on rank 1)
+            raise Refusal(f"must have rank 2 ([B, >= S]) or more, got shape {_fmt(pos.shape)}", _input_subject(9))
         if pos.dtype != "si64":
             raise Refusal(f"element type {pos.dtype} is not supported; onnxruntime requires int64", _input_subject(9))
         query_S = t["query"].shape[1]
-        if pos.shape[1] is not None and query_S is not None and pos.shape[1] != query_S:
-            raise Refusal(f"dimension 1 ({pos.shape[1]}) must equal the sequence length ({query_S})", _input_subject(9))
+        if pos.shape[1] is not None and query_S is not None and pos.shape[1] < query_S:
+            raise Refusal(f"dimension 1 ({pos.shape[1]}) must be at least the sequence length ({query_S})", _input_subject(9))
     bias = t["attention_bias"]
     if attrs.window_cache:
         past = t["past_key"]

@@ -94,10 +94,14 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)
     step = step_positions(tb, ins)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
+    if ins.cos_cache is not None:  # checked whenever given, as onnxruntime does
+        check_rotary_rows(tb, ins, step)
     if attrs.do_rotary:
-        rotary = RotaryTables.gather(tb, ins, checked_rotary_positions(tb, ins, step), attrs.rotary_interleaved)
-        query_BHSDh = rotary.apply(tb, query_BHSDh)
-        key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
+        positions_BS = checked_rotary_positions(tb, ins, step)
+        if ins.cos_cache.shape[1] > 0:  # a width of 0 rotates nothing
+            rotary = RotaryTables.gather(tb, ins, positions_BS, attrs.rotary_interleaved)
+            query_BHSDh = rotary.apply(tb, query_BHSDh)
+            key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
     codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     update = window_cache_step if attrs.window_cache else kv_cache_step
@@ -158,7 +162,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
 
 # Where each input holds the batch (B) and sequence (S) dims.
 _BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0, "query_seqlens": 0}
-_SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "position_ids": 1, "attention_bias": 2}
+_SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "attention_bias": 2}  # position_ids: at least S (_check_paired_dims)
 _OP = "GroupQueryAttention"
 _NO_BROADCAST = " (a dimension only known at run time is not broadcast; onnxruntime rejects other sizes)"
 
@@ -249,6 +253,11 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
         entries = tb.dim_mul(entries, tb.size(seqlens, d))
     if _seqlens_batch_dim(seqlens) is None and not (isinstance(entries, int) and isinstance(B, int)):
         tb.runtime_assert(tb.dim_eq(entries, B), f"{_OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
+    if ins.position_ids is not None and not isinstance(tb.size(ins.position_ids, 1), int):
+        tb.runtime_assert(
+            tb.dim_le(tb.size(ins.query, 1), tb.size(ins.position_ids, 1)),
+            f"{_OP}: position_ids dimension 1 must be at least the sequence length (query dimension 1) (onnxruntime rejects it otherwise)",
+        )
     total = ins.total_sequence_length
     if total.rank == 1:
         tb.check_dim(total, 0, 1, f"{_OP}: total_sequence_length must hold one element")
@@ -288,11 +297,26 @@ def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
     """
     if ins.position_ids is None:
         return step.position_BS
+    position_ids_BS = flat_position_ids(tb, ins.position_ids, tb.size(ins.query, 0), step.S)
     if step.first_prompt is None:  # right-padded chunks: every row reads its own ids
-        return ins.position_ids
-    base_11 = first_position(tb, ins.position_ids)  # [B,S] -> [1,1]
+        return position_ids_BS
+    base_11 = first_position(tb, position_ids_BS)  # [B,S] -> [1,1]
     first_prompt_1S = tb.add(base_11, tb.arange(step.S))  # [1,1] + [S] -> [1,S]
-    return tb.where(step.first_prompt, first_prompt_1S, ins.position_ids)  # -> [B,S]
+    return tb.where(step.first_prompt, first_prompt_1S, position_ids_BS)  # -> [B,S]
+
+
+def flat_position_ids(tb: TorchBuilder, position_ids: Tensor, B: Dim, S: Dim) -> Tensor:
+    """position_ids [B,W,...] (W >= S) as [B,S]: onnxruntime reads entry b*S + s of the flattened tensor.
+
+    The common [B,S] is itself; a wider one gives its first B*S entries in
+    row-major order, not the first S columns of each row.
+    """
+    if position_ids.rank == 2 and isinstance(S, int) and position_ids.shape[1] == S:
+        return position_ids
+    flat_N = tb.flatten(position_ids, 0, position_ids.rank - 1)  # [B,W,...] -> [N]
+    index_BS = tb.add(tb.unsqueeze(tb.mul_int_scalar(tb.arange(B), S), 1), tb.arange(S))  # b*S + s: [B,1] + [S] -> [B,S]
+    index_BS = tb.clamp_int(index_BS, 0, tb.dim_sub(tb.size(flat_N, 0), 1))  # < B*S <= N once W >= S is checked
+    return tb.gather_rows(flat_N, index_BS)  # [N] at [B,S] -> [B,S]
 
 
 def first_position(tb: TorchBuilder, position_ids_BS: Tensor) -> Tensor:
@@ -429,6 +453,14 @@ def check_window_lengths(tb: TorchBuilder, step: Step, past_BHkvCDc: Tensor, W: 
             "GroupQueryAttention: sliding_window_cache: the cache capacity (past_key dimension 2) must be at least "
             "local_window_size (onnxruntime rejects it otherwise)",
         )
+
+
+def check_rotary_rows(tb: TorchBuilder, ins: GqaInputs, step: Step) -> None:
+    """cos_cache rows >= total_sequence_length: onnxruntime's rule whenever the caches are given."""
+    tb.runtime_check(
+        tb.le_scalar(step.total, tb.size(ins.cos_cache, 0)),
+        "GroupQueryAttention: cos_cache dimension 0 must not be less than total_sequence_length (onnxruntime rejects it otherwise)",
+    )
 
 
 def checked_rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
