@@ -151,7 +151,7 @@ def gqa_model(
         graph_inputs.append(helper.make_tensor_value_info(f"extra{i}", F32, [1]))
     while names and names[-1] == "":
         names.pop()
-    graph_outputs = [helper.make_tensor_value_info(o, elem, shape) for o, (elem, shape) in zip(outputs, _output_types(spec, outputs))]
+    graph_outputs = [helper.make_tensor_value_info(o, elem, shape) for o, (elem, shape) in zip(outputs, _output_types(spec, outputs)) if o]
     node = helper.make_node("GroupQueryAttention", names, list(outputs), name="gqa", domain="com.microsoft", **node_attrs)
     graph = helper.make_graph([node], "malformed", graph_inputs, graph_outputs)
     model = helper.make_model(
@@ -380,6 +380,10 @@ CASES: List[Case] = [
     case("query_seqlens_without_past", [QS16, "past_key"], "run", **_inp(query_seqlens=(I32, [B]), past_key=None, past_value=None)),
     # -- too many inputs / outputs, required inputs absent ------------------------------------------------
     case("too_many_inputs", ["18 inputs", "defines 17"], "load", extra_inputs=1),
+    case("present_key_without_present_value", ["output 1 'present_key'", "without output 2 'present_value'"], "run",
+         outputs=("output", "present_key")),
+    case("present_value_without_present_key", ["output 2 'present_value'", "without output 1 'present_key'"], "run",
+         outputs=("output", "", "present_value")),
     case("too_many_outputs", ["5 outputs", "defines 4"], "load",
          attrs={"qk_output": 1}, outputs=("output", "present_key", "present_value", "output_qk", "extra")),
     case("seqlens_k_absent", [SL5, "required"], "load", **_inp(seqlens_k=None)),
