@@ -45,6 +45,7 @@ HOSTILE = [
     ("huge_total", C(batch=2, seq=1, past=6, past_lens=(6, 3), dynamic=True), {"total_sequence_length": np.array(I32_MAX, np.int32)}, "total_sequence_length must equal past length + S"),
     ("negative_total", C(batch=2, seq=1, past=6, past_lens=(6, 3), dynamic=True), {"total_sequence_length": np.array(-7, np.int32)}, "total_sequence_length must equal past length + S"),
     ("total_between_p_and_p_plus_s", C(batch=1, seq=3, past=4, dynamic=True), {"total_sequence_length": np.array(6, np.int32)}, "total_sequence_length must equal past length + S"),
+    ("growing_declared_fed_fixed_capacity", C(batch=2, seq=1, past=6, rotary=True), {"seqlens_k": np.array([6, 6], np.int32), "total_sequence_length": np.array(5, np.int32)}, "the present is declared with past length + S rows"),
     ("fixed_capacity_overflow", C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True, dynamic=True), {"seqlens_k": np.array([100, 2], np.int32)}, "seqlens_k[b] must lie in [0, present length)"),
     ("fixed_capacity_static_overflow", C(batch=1, seq=2, past=6, past_lens=(3,), fixed_capacity=True), {"seqlens_k": np.array([9], np.int32)}, "the new tokens must fit the cache"),
     ("seqlens_too_small_for_step", C(batch=1, seq=3, past=4), {"seqlens_k": np.array([1], np.int32)}, "the new tokens must fit the cache"),
@@ -72,6 +73,23 @@ def test_hostile_lengths_fail_cleanly_and_stay_in_bounds(name, cfg, bad, message
     good = make_inputs(cfg)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, good)))
     assert not compare(cfg, got, run_onnxruntime(model, good), good)
+
+
+@pytest.mark.parametrize(
+    "cfg,seqlens_k,total,message",
+    [(C(batch=2, seq=1, past=6, rotary=True), [5, 5], 5, "the present is declared with past length \\+ S rows"),
+     (C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True), [8, 8], 9, "the present is declared with the past's rows")],
+    ids=["growing_declared_fed_fixed_capacity", "fixed_capacity_declared_fed_growing"],
+)
+def test_a_total_contradicting_the_declared_present_is_refused(cfg, seqlens_k, total, message):
+    """Static present types fix the cache mode; a total_sequence_length giving the other
+    mode makes onnxruntime return max(P, total) rows, against the declared type.
+    Computing the declared rows would differ from it silently: the run-time check refuses."""
+    model = make_model(cfg)
+    feeds = dict(make_inputs(cfg), seqlens_k=np.array(seqlens_k, np.int32), total_sequence_length=np.array(total, np.int32))
+    assert run_onnxruntime(model, feeds)["present_key"].shape[2] == max(cfg.past, total) != cfg.present_len
+    with pytest.raises(RuntimeInvocationError, match=message):
+        InferenceSession(model).run(None, feeds)
 
 
 _UNCLAMPED_SCATTER = r'''

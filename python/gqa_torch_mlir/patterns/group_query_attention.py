@@ -144,7 +144,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     past_key, past_value = past_caches(tb, ins, attrs)
     P = tb.size(past_key, 2)
     growth = cache_growth(tb, b, step, past_key)
-    write_row_BS = checked_cache_rows(tb, step, ins, P, tb.dim_add(P, growth))
+    write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
     index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
     present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
     present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
@@ -415,9 +415,14 @@ def to_heads(tb: TorchBuilder, x_BSD: Tensor, heads: int, Dh: int) -> Tensor:
 # a run-time check with onnxruntime's rule in the message.
 
 
-def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, T: Dim) -> Tensor:
-    """Cache rows of the new tokens (their positions), clamped into [0, T)."""
-    last = tb.dim_sub(T, 1)
+def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, growth: Dim) -> Tensor:
+    """Cache rows of the new tokens (their positions), clamped into [0, T), T = P + growth.
+
+    total_sequence_length decides the cache mode: P + S grows it, <= P keeps
+    its capacity.  When the declared types fix the growth, total must give
+    that mode, or the present would not have onnxruntime's max(P, total) rows.
+    """
+    last = tb.dim_sub(tb.dim_add(P, growth), 1)
     tb.runtime_check(
         tb.in_range(step.seqlens_B, 0, last),
         "GroupQueryAttention: seqlens_k[b] must lie in [0, present length) (onnxruntime rejects it otherwise)",
@@ -427,12 +432,14 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, T: 
         "GroupQueryAttention: the new tokens must fit the cache: 0 <= seqlens_k[b] + 1 - S (or - query_seqlens[b]) "
         "and seqlens_k[b] + 1 - S + S <= present length",
     )
-    total_ok = tb.logical_or(tb.eq_scalar(step.total, tb.dim_add(P, step.S)), tb.le_scalar(step.total, P))
-    tb.runtime_check(
-        tb.logical_and(total_ok, tb.ge_scalar(step.total, 1)),
-        "GroupQueryAttention: total_sequence_length must equal past length + S (growing cache) or be at most "
-        "the past length (fixed capacity), and be >= 1",
-    )
+    growing, fixed = tb.eq_scalar(step.total, tb.dim_add(P, step.S)), tb.le_scalar(step.total, P)
+    if isinstance(growth, int) and growth > 0:  # present declared with P + S rows
+        total_ok, rule = growing, "equal past length + S: the present is declared with past length + S rows (a growing cache)"
+    elif growth == 0 and isinstance(P, int):  # present declared with P rows
+        total_ok, rule = fixed, "be at most the past length: the present is declared with the past's rows (fixed capacity)"
+    else:
+        total_ok, rule = tb.logical_or(growing, fixed), "equal past length + S (growing cache) or be at most the past length (fixed capacity)"
+    tb.runtime_check(tb.logical_and(total_ok, tb.ge_scalar(step.total, 1)), f"GroupQueryAttention: total_sequence_length must {rule}, and be >= 1")
     if ins.query_seqlens is not None:
         qlens_B = tb.to_dtype(ins.query_seqlens, "si64")
         tb.runtime_check(

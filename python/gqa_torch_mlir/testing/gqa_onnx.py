@@ -197,8 +197,9 @@ class GQAConfig:
         """total_sequence_length: P + S, or max(past_lens) + S with a fixed capacity."""
         if self.window_cache:  # the batch maximum of T
             return max(self.lens) + self.seq
-        if self.query_lens is not None:  # only an upper bound of seqlens_k + 1 then
-            return self.past + self.seq
+        if self.query_lens is not None:  # the longest row, kept in the buffer when it fits (else a growing P + S)
+            longest = max(n + q for n, q in zip(self.lens, self.query_lens))
+            return longest if longest <= self.past else self.past + self.seq
         return max(self.lens) + self.seq if self.fixed_capacity else self.past + self.seq
 
     @property
@@ -302,7 +303,7 @@ def _dims(cfg: GQAConfig) -> dict[str, Dim]:
     """Graph I/O dims: numbers, or symbolic names when ``cfg.dynamic``."""
     if cfg.dynamic:
         # A fixed-capacity cache keeps one length for past and present.
-        present = "past" if cfg.fixed_capacity or cfg.window_cache else "total"
+        present = "past" if cfg.fixed_capacity or cfg.window_cache or cfg.total <= cfg.past else "total"
         return {"B": "batch", "S": "seq", "P": "past", "T": present, "M": "max_seq", "TT": "total"}
     return {"B": cfg.batch, "S": cfg.seq, "P": cfg.past, "T": cfg.present_len, "M": cfg.max_seq, "TT": cfg.total}
 
@@ -465,7 +466,7 @@ def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
     feeds["past_key"] = _past_cache(cfg, rng)
     feeds["past_value"] = _past_cache(cfg, rng)
     feeds["seqlens_k"] = cfg.seqlens_k
-    feeds["total_sequence_length"] = np.asarray(int(cfg.seqlens_k.max()) + 1, dtype=np.int32)
+    feeds["total_sequence_length"] = np.asarray(cfg.total, dtype=np.int32)
     if cfg.rotary:
         feeds["cos_cache"], feeds["sin_cache"] = rotary_caches(cfg)
     if cfg.position_ids:
@@ -554,20 +555,11 @@ def _compare_output(name: str, got: np.ndarray, want: np.ndarray, atol: float, r
     return msgs
 
 
-def _cache_shape_problem(name: str, got: np.ndarray, want: np.ndarray, need: int) -> str | None:
-    if got.ndim != 4 or got.shape[:2] != want.shape[:2] or got.shape[3] != want.shape[3]:
-        return f"{name}: shape {tuple(got.shape)} incompatible with onnxruntime's {tuple(want.shape)} ([B,Hkv,T,Dh])"
-    if got.shape[2] < need:
-        return f"{name}: sequence axis has {got.shape[2]} rows, need at least {need} (max seqlens_k + 1); onnxruntime's shape {tuple(want.shape)}"
-    return None
-
-
 def _compare_cache(name: str, got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: float, rtol: float) -> list[str]:
-    """Per batch row b, only rows [0, seqlens_k[b]+1) along axis 2."""
-    need = int(seqlens_k.max()) + 1
-    problem = _cache_shape_problem(name, got, want, need)
-    if problem:
-        return [problem]
+    """onnxruntime's shape [B,Hkv,max(P,total),Dh] exactly (fed back, a cache with other rows
+    would be another cache mode); values per batch row b on rows [0, seqlens_k[b]+1) only."""
+    if got.shape != want.shape:
+        return [f"{name}: shape {tuple(got.shape)} != onnxruntime's {tuple(want.shape)} ([B,Hkv,T,Dh])"]
     msgs = []
     for b, last in enumerate(seqlens_k):
         rows = int(last) + 1
