@@ -110,6 +110,10 @@ class OpBinder:
         """ONNX attribute names present on the op (without the prefix)."""
         return [a[len(ATTR_PREFIX) :] for a in self._attr_keys() if a.startswith(ATTR_PREFIX)]
 
+    def attribute_keys(self):
+        """Every attribute name on the op (ONNX ones prefixed ``torch.onnx.``)."""
+        return self._attr_keys()
+
     def _attr_keys(self):
         # Newer bindings iterate names, older ones NamedAttributes.
         return [getattr(a, "name", a) for a in self.op.attributes]

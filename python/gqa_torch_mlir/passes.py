@@ -24,7 +24,7 @@ from .binder import OpBinder
 from .builder import TorchBuilder, TypeCache
 from .errors import LoweringError
 from .options import LoweringOptions
-from .registry import REGISTRY, Refusal, Registry
+from .registry import NOT_LOWERED, REGISTRY, Refusal, Registry
 
 PASS_ARGUMENT = "convert-onnx-gqa-to-torch"
 PASS_NAME = "ConvertOnnxGqaToTorch"
@@ -96,6 +96,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
                 result = lowering.fn(OpBinder(op, ir, options), builder)
             if isinstance(result, Refusal):
                 raise result
+            if result is NOT_LOWERED:
+                return True
         except Refusal as r:
             refused.append(RefusedOp(op.location, r.message(lowering.label)))
             return True

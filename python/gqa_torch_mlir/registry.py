@@ -11,7 +11,8 @@ A lowering is registered per ONNX op type, domain and since-version::
     @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
     def lower_gqa(binder: OpBinder, builder: TorchBuilder):
         ...                      # return the replacement values, or
-        raise Refusal("...")     # say why not (or return a Refusal)
+        raise Refusal("...")     # say why not (or return a Refusal), or
+        return NOT_LOWERED       # leave the op to torch-mlir's conversion
 
 Lookup picks, among the lowerings registered for the op's name, the one with
 the highest since-version not above the model's opset for that domain.
@@ -41,6 +42,17 @@ class Refusal(Exception):
     def message(self, op_label: str) -> str:
         prefix = f"{op_label}: {self.subject}: " if self.subject else f"{op_label}: "
         return prefix + self.reason
+
+
+class _NotLowered:
+    """What a lowering returns to leave the op as it is, for torch-mlir's own conversion."""
+
+    def __repr__(self) -> str:
+        return "NOT_LOWERED"
+
+
+#: Returned by a lowering that has nothing to add for this op (e.g. Gather with constant indices).
+NOT_LOWERED = _NotLowered()
 
 
 @dataclass(frozen=True)

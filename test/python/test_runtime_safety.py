@@ -392,3 +392,31 @@ def test_rows_a_batch_row_does_not_read_may_hold_nan(name, cfg, attrs, attention
     session = InferenceSession(model, backend=backend, threads=1, attention=attention)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     assert not compare(cfg, got, want, feeds)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_token_ids_outside_the_vocabulary_fail_a_named_check(backend):
+    """The embedded decoder's embedding Gather: torch-mlir's lowering trusts its indices (a
+    token id past the vocabulary read garbage, or segfaulted); onnxruntime rejects them.
+    Out-of-range ids now fail a run-time check, in-range ones (negative too) agree."""
+    import onnx
+
+    from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER, Decoder
+
+    decoder = Decoder(EMBEDDED_DECODER)
+    proto = onnx.load(str(decoder.path), load_external_data=True)
+    vocab = next(i for i in proto.graph.initializer if i.name == "model.embed_tokens.weight").dims[0]
+    session = InferenceSession(proto, backend=backend, runtime_verification=backend == "refbackend")
+    names = [o.name for o in session.get_outputs()]
+
+    def feeds(ids):
+        return {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64), **decoder.empty_cache()}
+
+    for ids in ([vocab], [3, -vocab - 1], [10**12]):
+        with pytest.raises(Exception):
+            run_onnxruntime(proto, feeds(ids))
+        with pytest.raises(RuntimeInvocationError, match="Gather: indices must lie in"):
+            session.run(None, feeds(ids))
+    for ids in ([vocab - 1, -vocab, -1],):
+        got = dict(zip(names, session.run(None, feeds(ids))))["logits"]
+        np.testing.assert_allclose(got, run_onnxruntime(proto, feeds(ids))["logits"], atol=1e-4, rtol=1e-4)

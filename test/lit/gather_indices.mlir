@@ -1,0 +1,28 @@
+// ONNX Gather: indices only known at run time are checked against [-n, n) and
+// clamped, then the op is left for torch-mlir's conversion; constant indices
+// (shape arithmetic torch-mlir folds) are left untouched.
+// RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
+
+// Token ids into an embedding table of 211 rows.
+// CHECK-LABEL: func.func @embedding
+// CHECK:         %[[ALL:.+]] = torch.aten.all
+// CHECK:         %[[OK:.+]] = torch.aten.Bool.Tensor %[[ALL]]
+// CHECK:         torch.runtime.assert %[[OK]], "gqa-torch-mlir: Gather: indices must lie in [-n, n), n = data dimension 0 (onnxruntime rejects them otherwise)"
+// CHECK:         %[[IDS:.+]] = torch.aten.clamp %arg1, %{{.+}}, %{{.+}} : !torch.vtensor<[1,?],si64>
+// CHECK:         torch.operator "onnx.Gather"(%arg0, %[[IDS]]) {torch.onnx.axis = 0 : si64} : (!torch.vtensor<[211,64],f32>, !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,?,64],f32>
+func.func @embedding(%table: !torch.vtensor<[211,64],f32>, %ids: !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,?,64],f32> attributes {torch.onnx_meta.opset_version = 21 : si64} {
+  %0 = torch.operator "onnx.Gather"(%table, %ids) {torch.onnx.axis = 0 : si64} : (!torch.vtensor<[211,64],f32>, !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,?,64],f32>
+  return %0 : !torch.vtensor<[1,?,64],f32>
+}
+
+// -----
+
+// A constant index (an ONNX initializer, imported as onnx.Constant) is not checked.
+// CHECK-LABEL: func.func @constant_index
+// CHECK-NOT:     torch.runtime.assert
+// CHECK:         torch.operator "onnx.Gather"(%arg0, %{{.+}}) {torch.onnx.axis = 0 : si64}
+func.func @constant_index(%shape: !torch.vtensor<[3],si64>) -> !torch.vtensor<[],si64> attributes {torch.onnx_meta.opset_version = 21 : si64} {
+  %idx = torch.operator "onnx.Constant"() {torch.onnx.value = dense<1> : tensor<si64>} : () -> !torch.vtensor<[],si64>
+  %0 = torch.operator "onnx.Gather"(%shape, %idx) {torch.onnx.axis = 0 : si64} : (!torch.vtensor<[3],si64>, !torch.vtensor<[],si64>) -> !torch.vtensor<[],si64>
+  return %0 : !torch.vtensor<[],si64>
+}
