@@ -36,5 +36,5 @@ class LoweringOptions:
             key, eq, value = item.partition("=")
             if not eq or key not in known:
                 raise GqaTorchMlirError(f"unknown pass option '{item}'; options: {', '.join(sorted(known))} (e.g. attention=decomposed)")
-            values[key] = value
+            values[key] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value  # MLIR allows quotes
         return LoweringOptions(**values)

@@ -52,6 +52,8 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     """A ModelProto from a path (external weights next to the file are loaded) or as given."""
     if isinstance(model, onnx.ModelProto):
         return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise GqaTorchMlirError(f"model must be a path or an onnx.ModelProto, got {type(model).__name__}")
     path = Path(model)
     if not path.is_file():
         raise GqaTorchMlirError(f"no ONNX model at '{path}'")
@@ -143,6 +145,8 @@ def compile(
     """
     if output_type not in OUTPUT_TYPES:
         raise GqaTorchMlirError(f"output_type '{output_type}' is not one of {', '.join(OUTPUT_TYPES)}")
+    if options is not None and not isinstance(options, LoweringOptions):
+        raise GqaTorchMlirError(f"options must be a LoweringOptions (e.g. LoweringOptions(attention='sdpa')), got {type(options).__name__}")
     if progress:
         progress("import")
     module = import_onnx(model, context)

@@ -13,7 +13,7 @@ graph the way onnxruntime does, then executes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -109,6 +109,8 @@ class InferenceSession:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
         if backend == "refbackend" and attention == "sdpa":
             raise GqaTorchMlirError(SDPA_ON_REFBACKEND)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         if share_buffers and backend != "iree-cpu":
             raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' (the {backend} copies every input and output)")
         proto = load_model(model)
@@ -140,6 +142,10 @@ class InferenceSession:
         return getattr(self._compiled, "uploaded_bytes", None)
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, np.ndarray], run_options=None) -> List[np.ndarray]:
+        if not isinstance(input_feed, Mapping):
+            raise RuntimeInvocationError(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        if output_names is not None and (isinstance(output_names, (str, bytes)) or not all(isinstance(n, str) for n in output_names)):
+            raise RuntimeInvocationError(f"output_names must be None or a list of output names, got {output_names!r}")
         args = [self._feed(arg, input_feed) for arg in self._inputs]
         unknown = set(input_feed) - {a.name for a in self._inputs}
         if unknown:

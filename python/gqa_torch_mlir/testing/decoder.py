@@ -17,31 +17,84 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..errors import GqaTorchMlirError
+
 EMBEDDED_DECODER = Path(__file__).resolve().parents[1] / "data" / "tiny-mistral"
 
 Run = Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]
 
 
 class Decoder:
-    """A builder decoder directory (model.onnx, external data, genai_config.json)."""
+    """A builder decoder directory (genai_config.json, the model file it names, external data).
+
+    A directory that is not one raises :class:`GqaTorchMlirError` naming the
+    file and what is missing.
+    """
 
     def __init__(self, directory) -> None:
         directory = Path(directory)
-        self.path = directory / "model.onnx"
-        graph = onnx.load(str(self.path), load_external_data=False).graph
-        config = json.loads((directory / "genai_config.json").read_text())["model"]["decoder"]
-        self.layers, self.kv_heads, self.head_size = config["num_hidden_layers"], config["num_key_value_heads"], config["head_size"]
+        if not directory.is_dir():
+            raise GqaTorchMlirError(f"'{directory}' is not a directory (an onnxruntime-genai model builder output is expected)")
+        model = _read_config(directory / "genai_config.json")
+        config = _section(model, "decoder", "model")
+        self.path = directory / str(config.get("filename", "model.onnx"))
+        if not self.path.is_file():
+            raise GqaTorchMlirError(f"no ONNX model at '{self.path}' (genai_config.json's decoder.filename)")
+        self.layers, self.kv_heads, self.head_size = (_positive(config, k) for k in ("num_hidden_layers", "num_key_value_heads", "head_size"))
+        self.vocab_size = model.get("vocab_size")  # token ids outside it are refused before a run
+        self.context_length = model.get("context_length")
+        try:
+            graph = onnx.load(str(self.path), load_external_data=False).graph
+        except Exception as e:  # protobuf decode errors
+            raise GqaTorchMlirError(f"cannot load ONNX model '{self.path}': {e}") from None
+        self._check_io(graph)
         past = next(i for i in graph.input if i.name == "past_key_values.0.key")
         self.kv_dtype = helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type)
         self.capacity: Dict[int, int] = {}  # layer -> fixed capacity of a window-sized cache
         self.window = -1
         for node in graph.node:
-            if node.op_type == "GroupQueryAttention":
+            if node.op_type == "GroupQueryAttention" and len(node.input) > 3 and node.input[3].startswith("past_key_values."):
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 layer = int(node.input[3].split(".")[1])  # past_key_values.<layer>.key
                 self.window = max(self.window, attrs.get("local_window_size", -1))
                 if attrs.get("sliding_window_cache", 0) == 1:
                     self.capacity[layer] = attrs["local_window_size"]
+
+    def _check_io(self, graph) -> None:
+        """The builder's input and output names, one cache pair per configured layer."""
+        inputs, outputs = {i.name for i in graph.input}, {o.name for o in graph.output}
+        want_in = ["input_ids", "attention_mask"] + [f"past_key_values.{l}.{kv}" for l in range(self.layers) for kv in ("key", "value")]
+        want_out = ["logits"] + [f"present.{l}.{kv}" for l in range(self.layers) for kv in ("key", "value")]
+        missing = [n for n in want_in if n not in inputs] + [n for n in want_out if n not in outputs]
+        extra = sorted(n for n in inputs if n.startswith("past_key_values.") and n not in want_in)
+        if extra and not missing:
+            raise GqaTorchMlirError(
+                f"'{self.path}' has more layers than genai_config.json's decoder.num_hidden_layers ({self.layers}): "
+                f"{', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}"
+            )
+        if missing:
+            raise GqaTorchMlirError(
+                f"'{self.path}' is not an onnxruntime-genai decoder of {self.layers} layers (genai_config.json): "
+                f"it has no {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+            )
+        past = next(i for i in graph.input if i.name == "past_key_values.0.key").type.tensor_type.shape.dim
+        for axis, key, want in ((1, "num_key_value_heads", self.kv_heads), (3, "head_size", self.head_size)):
+            if len(past) == 4 and past[axis].HasField("dim_value") and past[axis].dim_value != want:
+                raise GqaTorchMlirError(
+                    f"genai_config.json: decoder.{key} is {want} but '{self.path}' has past_key_values.0.key "
+                    f"dimension {axis} = {past[axis].dim_value}"
+                )
+
+    def check_tokens(self, tokens: List[int], steps: int) -> None:
+        """Refuse token ids outside the vocabulary and a generation longer than the context."""
+        if self.vocab_size is not None:
+            bad = [t for t in tokens if not 0 <= t < self.vocab_size]
+            if bad:
+                raise GqaTorchMlirError(f"token ids {bad} are outside the vocabulary [0, {self.vocab_size}) of '{self.path}'")
+        if self.context_length is not None and len(tokens) + steps > self.context_length:
+            raise GqaTorchMlirError(
+                f"a prompt of {len(tokens)} tokens and {steps} steps exceed the model's context_length ({self.context_length})"
+            )
 
     def empty_cache(self, shared_capacity: int = 0) -> Dict[str, np.ndarray]:
         """Zero past caches: window-sized buffers for window layers; full-attention
@@ -70,3 +123,28 @@ class Decoder:
             if on_step:
                 on_step(step, token, out["logits"])
         return chosen, logits, past
+
+
+def _read_config(path: Path) -> dict:
+    """genai_config.json's "model" section."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GqaTorchMlirError(f"no '{path}' (an onnxruntime-genai model builder output is expected)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GqaTorchMlirError(f"cannot read '{path}': {e}") from None
+    return _section(config, "model", path.name)
+
+
+def _section(config, key: str, where: str) -> dict:
+    value = config.get(key) if isinstance(config, dict) else None
+    if not isinstance(value, dict):
+        raise GqaTorchMlirError(f"genai_config.json: '{where}' has no \"{key}\" object")
+    return value
+
+
+def _positive(config: dict, key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise GqaTorchMlirError(f"genai_config.json: decoder.{key} must be a positive integer, got {value!r}")
+    return value

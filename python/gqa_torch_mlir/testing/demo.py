@@ -123,17 +123,19 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
     """Greedy generation with a builder decoder on the refbackend next to onnxruntime; True when the tokens agree."""
     import sys
 
-    import onnx
-
     from ..backends.refbackend import RefBackend
+    from ..errors import GqaTorchMlirError
     from ..pipeline import compile as compile_model
+    from ..pipeline import load_model
     from ..session import _main_function_name
     from .decoder import EMBEDDED_DECODER, Decoder
     from .gqa_onnx import run_onnxruntime
 
     directory = args.model or EMBEDDED_DECODER
     decoder = Decoder(directory)
-    proto = onnx.load(str(decoder.path), load_external_data=True)
+    prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
+    decoder.check_tokens(prompt, args.steps)  # before the compile, not after it
+    proto = load_model(decoder.path)
     print_fn(f"decoder: {directory} ({decoder.layers} layers, {decoder.kv_heads} kv heads, head size {decoder.head_size}, window {decoder.window})")
     t0 = time.perf_counter()
     stages = []
@@ -160,11 +162,13 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
 
     def theirs(feeds):
         t = time.perf_counter()
-        result = run_onnxruntime(proto, feeds)
+        try:
+            result = run_onnxruntime(proto, feeds)
+        except Exception as e:  # onnxruntime's own refusal of a step
+            raise GqaTorchMlirError(f"onnxruntime failed on a step of '{decoder.path}': {str(e).strip()}") from None
         timing["onnxruntime"] += time.perf_counter() - t
         return result
 
-    prompt = args.prompt or DEFAULT_PROMPT
     print_fn(f"prompt: {prompt}")
     ort_tokens, ort_logits, _ = decoder.generate(theirs, prompt, args.steps)
     our_tokens, our_logits, _ = decoder.generate(ours, prompt, args.steps, on_step=lambda i, tok, _: print_fn(f"  step {i}: token {tok}"))

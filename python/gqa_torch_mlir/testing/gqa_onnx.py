@@ -507,7 +507,7 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: its errors reach the caller as exceptions, not as stderr lines
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     wanted = {i.name for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import List, Optional
 
 from ..errors import GqaTorchMlirError
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _demo_parser(sub) -> None:
     p = sub.add_parser("demo", help="compile a small GQA model and compare it with onnxruntime")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=5, help="prefill length")
-    p.add_argument("--steps", type=int, default=3, help="decode steps after the prefill")
+    p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill")
     p.add_argument("--num-heads", type=int, default=8)
     p.add_argument("--kv-num-heads", type=int, default=2)
     p.add_argument("--head-size", type=int, default=32)
@@ -38,8 +44,8 @@ def _demo_parser(sub) -> None:
 def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="greedy generation with a tiny decoder, next to onnxruntime")
     p.add_argument("--model", help="an onnxruntime-genai builder output directory (default: the embedded tiny Mistral, sliding window 8)")
-    p.add_argument("--steps", type=int, default=8, help="decode steps after the prefill")
-    p.add_argument("--prompt", type=int, nargs="*", help="prompt token ids")
+    p.add_argument("--steps", type=_non_negative, default=8, help="decode steps after the prefill")
+    p.add_argument("--prompt", type=int, nargs="+", help="prompt token ids (at least one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,13 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_compile(args) -> int:
     from ..pipeline import compile
 
+    from .textio import write_text
+
     module = compile(args.model, output_type=args.output_type)
-    text = str(module)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+    write_text(args.output, str(module))
     return 0
 
 

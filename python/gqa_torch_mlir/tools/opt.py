@@ -23,6 +23,7 @@ from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, add_pass
 from .diagnostics import format_mlir_error
 from .pipeline_text import OURS, PipelineSyntaxError, flatten_pipeline
+from .textio import read_text, write_text
 
 SPLIT_MARKER = "// -----"
 _ANCHOR_RE = re.compile(r"restricted to '([\w.]+)'")
@@ -136,16 +137,6 @@ def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def read_input(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise UsageError(f"cannot open input file '{path}': {e.strerror}") from None
-
-
 def split_chunks(text: str, split: bool) -> List[str]:
     """Chunks padded with blank lines so locations keep the file's line numbers."""
     if not split:
@@ -183,7 +174,7 @@ def run(argv: List[str]) -> int:
     opts = parse_args(argv)
     filename = "<stdin>" if opts.input == "-" else opts.input
     outputs, failed = [], False
-    for chunk in split_chunks(read_input(opts.input), opts.split_input_file):
+    for chunk in split_chunks(read_text(opts.input), opts.split_input_file):
         printed, error = process_chunk(chunk, opts, filename)
         if error:
             print(error, file=sys.stderr)
@@ -191,11 +182,7 @@ def run(argv: List[str]) -> int:
         else:
             outputs.append(printed)
     text = f"\n{SPLIT_MARKER}\n".join(outputs)
-    if opts.output and opts.output != "-":
-        with open(opts.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    write_text(opts.output or "-", text)
     return 1 if failed else 0
 
 

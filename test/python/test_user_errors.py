@@ -1,0 +1,183 @@
+"""User errors through the CLIs and the Python API: one line of ours, never a traceback.
+
+Each CLI case runs the installed command in a subprocess and checks a non-zero
+exit, stderr led by the command's ``error:`` line naming what is wrong, and
+no Python traceback.  Each API case checks that the exception is a
+:class:`GqaTorchMlirError` (never a TypeError or ValueError from inside)
+with the same kind of message.  All of them fail before anything compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gqa_torch_mlir
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.errors import GqaTorchMlirError, RuntimeInvocationError
+from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
+
+BIN = Path(sys.executable).parent
+CONFIG = json.loads((EMBEDDED_DECODER / "genai_config.json").read_text())
+
+
+def run_tool(*args: str, tool: str = "gqa-torch-mlir") -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, timeout=600)
+
+
+def assert_one_line_error(run: subprocess.CompletedProcess, lead: str, *expect: str) -> None:
+    out = f"exit {run.returncode}\nstdout:\n{run.stdout[-1500:]}\nstderr:\n{run.stderr[-1500:]}"
+    assert run.returncode > 0, out
+    assert "Traceback" not in run.stdout + run.stderr, out
+    lines = [l for l in run.stderr.splitlines() if not l.startswith("usage:") and not l.startswith(" ")]
+    assert lines and lines[-1].startswith(lead), out
+    for e in expect:
+        assert e in run.stderr, f"{e!r} missing:\n{out}"
+
+
+# -- gqa-torch-mlir generate --model DIR: directories that are not builder outputs ---------------
+
+
+def _decoder_dir(tmp_path: Path, edit_config=None, drop=()) -> Path:
+    """A copy of the embedded decoder directory, its config edited, some files dropped."""
+    d = tmp_path / "decoder"
+    shutil.copytree(EMBEDDED_DECODER, d)
+    for name in drop:
+        (d / name).unlink()
+    if edit_config is not None:
+        config = json.loads(json.dumps(CONFIG))
+        text = edit_config(config)
+        (d / "genai_config.json").write_text(text if isinstance(text, str) else json.dumps(config))
+    return d
+
+
+def _set_decoder(key, value):
+    def edit(config):
+        config["model"]["decoder"][key] = value
+
+    return edit
+
+
+def _del_decoder(key):
+    def edit(config):
+        del config["model"]["decoder"][key]
+
+    return edit
+
+
+BAD_DIRECTORIES = {
+    "not_a_directory": (lambda p: p / "nothing", ["is not a directory"]),
+    "no_config": (lambda p: _decoder_dir(p, drop=["genai_config.json"]), ["genai_config.json"]),
+    "broken_config": (lambda p: _decoder_dir(p, lambda c: '{"model": '), ["cannot read", "genai_config.json"]),
+    "config_a_list": (lambda p: _decoder_dir(p, lambda c: "[1, 2]"), ['no "model" object']),
+    "config_without_layers": (lambda p: _decoder_dir(p, _del_decoder("num_hidden_layers")), ["decoder.num_hidden_layers"]),
+    "model_file_missing": (lambda p: _decoder_dir(p, drop=["model.onnx"]), ["no ONNX model at", "decoder.filename"]),
+    "external_data_missing": (lambda p: _decoder_dir(p, drop=["model.onnx.data"]), ["cannot load ONNX model", "model.onnx.data"]),
+    "config_names_another_file": (lambda p: _decoder_dir(p, _set_decoder("filename", "decoder.onnx")), ["no ONNX model at", "decoder.onnx"]),
+    "config_more_layers": (lambda p: _decoder_dir(p, _set_decoder("num_hidden_layers", 3)), ["decoder of 3 layers", "past_key_values.2.key"]),
+    "config_fewer_layers": (lambda p: _decoder_dir(p, _set_decoder("num_hidden_layers", 1)), ["more layers than", "past_key_values.1.key"]),
+    "config_kv_heads_wrong": (lambda p: _decoder_dir(p, _set_decoder("num_key_value_heads", 4)), ["decoder.num_key_value_heads is 4"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_DIRECTORIES))
+def test_generate_refuses_a_directory_that_is_not_a_decoder(name, tmp_path):
+    make, expect = BAD_DIRECTORIES[name]
+    assert_one_line_error(run_tool("generate", "--model", str(make(tmp_path)), "--steps", "1"), "gqa-torch-mlir: error:", *expect)
+
+
+@pytest.mark.parametrize(
+    "args,lead,expect",
+    [
+        (["--prompt", "211"], "gqa-torch-mlir: error:", ["token ids [211]", "vocabulary [0, 211)"]),
+        (["--prompt", "5", "-212"], "gqa-torch-mlir: error:", ["token ids [-212]"]),
+        (["--steps", "130"], "gqa-torch-mlir: error:", ["context_length (128)"]),
+        (["--steps", "-1"], "gqa-torch-mlir generate: error:", ["--steps: must be >= 0"]),
+        (["--prompt"], "gqa-torch-mlir generate: error:", ["--prompt: expected at least one argument"]),
+    ],
+    ids=["token_past_vocabulary", "negative_token", "longer_than_context", "negative_steps", "empty_prompt"],
+)
+def test_generate_refuses_bad_arguments_before_compiling(args, lead, expect):
+    assert_one_line_error(run_tool("generate", *args), lead, *expect)
+
+
+def test_demo_refuses_negative_steps():
+    assert_one_line_error(run_tool("demo", "--steps", "-3"), "gqa-torch-mlir demo: error:", "--steps: must be >= 0")
+
+
+# -- output and input files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["missing_dir/out.mlir", "."], ids=["missing_directory", "a_directory"])
+def test_compile_output_that_cannot_be_written(target, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(make_model(GQAConfig()).SerializeToString())
+    run = run_tool("compile", str(model), "--output-type", "torch", "-o", str(tmp_path / target))
+    assert_one_line_error(run, "gqa-torch-mlir: error:", "cannot write output file")
+
+
+def test_opt_output_that_cannot_be_written(tmp_path):
+    source = tmp_path / "in.mlir"
+    source.write_text("module {}\n")
+    run = run_tool(str(source), "-o", str(tmp_path / "missing" / "out.mlir"), tool="gqa-torch-mlir-opt")
+    assert_one_line_error(run, "gqa-torch-mlir-opt: error:", "cannot write output file")
+
+
+def test_opt_input_that_is_not_text(tmp_path):
+    source = tmp_path / "in.mlir"
+    source.write_bytes(b"\xff\xfe\x00module")
+    assert_one_line_error(run_tool(str(source), tool="gqa-torch-mlir-opt"), "gqa-torch-mlir-opt: error:", "is not UTF-8 text")
+
+
+# -- the Python API --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def session():
+    cfg = GQAConfig(batch=1, seq=1, past=2)
+    return InferenceSession(make_model(cfg)), make_inputs(cfg)
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda s, f: s.run(None, list(f.values())), "input_feed must be a dict"),
+        (lambda s, f: s.run(None, None), "input_feed must be a dict"),
+        (lambda s, f: s.run("output", f), "output_names must be None or a list"),
+        (lambda s, f: s.run([0], f), "output_names must be None or a list"),
+    ],
+    ids=["feed_a_list", "feed_none", "output_names_a_string", "output_names_not_strings"],
+)
+def test_run_with_malformed_arguments(session, call, message):
+    with pytest.raises(RuntimeInvocationError, match=message):
+        call(*session)
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: gqa_torch_mlir.compile(42), "model must be a path or an onnx.ModelProto, got int"),
+        (lambda: gqa_torch_mlir.compile(None), "model must be a path or an onnx.ModelProto, got NoneType"),
+        (lambda: InferenceSession(b"model.onnx"), "model must be a path or an onnx.ModelProto, got bytes"),
+        (lambda: gqa_torch_mlir.compile(make_model(GQAConfig()), "torch", options={"attention": "sdpa"}), "options must be a LoweringOptions"),
+        (lambda: InferenceSession(make_model(GQAConfig()), threads="x"), "threads must be a positive integer or None"),
+        (lambda: InferenceSession(make_model(GQAConfig()), threads=-3), "threads must be a positive integer or None"),
+    ],
+    ids=["compile_an_int", "compile_none", "session_bytes", "options_a_dict", "threads_a_string", "threads_negative"],
+)
+def test_api_refuses_what_is_not_a_model_or_option(call, message):
+    with pytest.raises(GqaTorchMlirError, match=message):
+        call()
+
+
+def test_pass_option_value_may_be_quoted():
+    """MLIR pass options may quote their values: attention="sdpa" is attention=sdpa."""
+    from gqa_torch_mlir.options import LoweringOptions
+
+    assert LoweringOptions.parse('attention="sdpa"') == LoweringOptions.parse("attention='sdpa'") == LoweringOptions(attention="sdpa")
