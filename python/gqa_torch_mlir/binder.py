@@ -73,6 +73,9 @@ class OpBinder:
     def num_results(self) -> int:
         return len(self.op.results)
 
+    def result_is_used(self, i: int) -> bool:
+        return any(True for _ in self.op.results[i].uses)
+
     def result_type_text(self, i: int) -> str:
         return str(self.op.results[i].type)
 
@@ -123,7 +126,17 @@ class OpBinder:
         return self.op.attributes[key] if key in self.op.attributes else None
 
     def attr_int(self, name: str, default=_MISSING) -> int:
-        return self._attr(name, default, lambda raw: int(self.ir.IntegerAttr(raw).value), "an integer")
+        return self._attr(name, default, self._read_int, "an integer")
+
+    def _read_int(self, raw) -> int:
+        attr = self.ir.IntegerAttr(raw)
+        try:
+            width = self.ir.IntegerType(attr.type).width
+        except ValueError:  # index
+            width = None
+        if width == 1:
+            raise ValueError("a boolean")  # i1 reads as -1 for true: no ONNX integer
+        return int(attr.value)
 
     def attr_float(self, name: str, default=_MISSING) -> float:
         return self._attr(name, default, lambda raw: float(self.ir.FloatAttr(raw).value), "a float")
@@ -138,8 +151,8 @@ class OpBinder:
             return self._default(name, default)
         try:
             return read(raw)
-        except (ValueError, TypeError):
-            raise Refusal(f"must be {kind}, got {raw}", f"attribute '{name}'") from None
+        except (ValueError, TypeError, RuntimeError):  # RuntimeError: a string that is not UTF-8
+            raise Refusal(f"must be {kind}, got {_printable(raw)}", f"attribute '{name}'") from None
 
     def has_attr(self, name: str) -> bool:
         return self._raw(name) is not None
@@ -150,3 +163,10 @@ class OpBinder:
             raise Refusal("is required but absent", f"attribute '{name}'")
         return default
 
+
+
+def _printable(raw) -> str:
+    try:
+        return str(raw)
+    except Exception:  # noqa: BLE001  bytes that are not UTF-8
+        return "an attribute that is not valid text"

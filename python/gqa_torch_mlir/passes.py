@@ -30,6 +30,9 @@ PASS_ARGUMENT = "convert-onnx-gqa-to-torch"
 PASS_NAME = "ConvertOnnxGqaToTorch"
 PASS_DESCRIPTION = "Lower onnx.GroupQueryAttention (and other registered ONNX ops) to torch-dialect ops"
 
+# The newest version of each contrib domain onnxruntime defines: it refuses a model importing a newer one.
+NEWEST_OPSET = {"com.microsoft": 1}
+
 
 @dataclass
 class RefusedOp:
@@ -79,7 +82,12 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     def pattern(op, rewriter):
         op = op.operation
         name = ir.StringAttr(op.attributes["name"]).value
-        opset_of = _opset_lookup(ir, op)
+        try:
+            opset_of = _opset_lookup(ir, op)
+        except (ValueError, TypeError) as e:
+            if registry.candidates(name):
+                refused.append(RefusedOp(op.location, f"{name}: the function's torch.onnx_meta.opset_version(s) must hold integers ({e})"))
+            return True
         lowering = registry.lookup(name, opset_of)
         if lowering is None:
             # A registered op outside every lowering's versions is refused, never
@@ -89,6 +97,10 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
                 first = min(candidates, key=lambda e: e.since)
                 version = opset_of(first.domain)
                 refused.append(RefusedOp(op.location, f"{first.label}: the model's opset {version} for domain '{first.domain or 'ai.onnx'}' is below the lowest version lowered ({first.since})"))
+            return True
+        newest, version = NEWEST_OPSET.get(lowering.domain), opset_of(lowering.domain)
+        if newest is not None and version is not None and version > newest:
+            refused.append(RefusedOp(op.location, f"{lowering.label}: the model's opset {version} for domain '{lowering.domain}' is newer than onnxruntime defines ({newest})"))
             return True
         try:
             builder = TorchBuilder(ir, types, rewriter.ip, op.location)

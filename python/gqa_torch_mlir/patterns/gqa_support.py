@@ -284,7 +284,9 @@ def _check_outputs(b: OpBinder, attrs: GqaAttributes):
         raise Refusal(f"qk_output={attrs.qk_output} needs output 3 'output_qk', which the node does not have", "attribute 'qk_output'")
     if not attrs.qk_output and b.num_results == 4:
         raise Refusal("is requested but qk_output is 0 (onnxruntime leaves it uninitialized)", "output 3 'output_qk'")
-    # An output with an empty name imports as a !torch.none result.
+    # An output with an empty name imports as a !torch.none result (with no use).
+    if b.num_results and b.result_type_text(0) == "!torch.none" and not b.result_is_used(0):
+        raise Refusal("is required, but the node's first output name is empty (onnxruntime rejects the model)", "output 0 'output'")
     produced = [i < b.num_results and b.result_type_text(i) != "!torch.none" for i in (1, 2)]
     if produced[0] != produced[1]:
         given, missing = (1, 2) if produced[0] else (2, 1)
