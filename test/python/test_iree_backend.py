@@ -169,6 +169,30 @@ def test_without_shared_buffers_a_fed_cache_is_never_changed():
     assert sess.uploaded_bytes > first["present_key"].nbytes
 
 
+_SHARED_BUFFERS_THEN_EXIT = textwrap.dedent(
+    """
+    from gqa_torch_mlir import InferenceSession
+    from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
+
+    cfg = GQAConfig(batch=1, seq=1, past=8, past_lens=(3,), fixed_capacity=True)
+    session = InferenceSession(make_model(cfg), backend="iree-cpu", share_buffers=True, threads=1)
+    feeds = make_inputs(cfg, seed=5)
+    outputs = session.run(None, feeds)  # kept until the interpreter exits
+    again = session.run(None, dict(feeds, past_key=outputs[1], past_value=outputs[2]))
+    print("ran", flush=True)
+    """
+)
+
+
+def test_shared_buffers_survive_interpreter_exit():
+    """The arrays share_buffers hands out (and their device buffers) are freed before the
+    IREE device: a reference cycle left them to the cyclic GC at exit, which freed them
+    after it (a segfault in 7 of 8 runs)."""
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", _SHARED_BUFFERS_THEN_EXIT], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0 and "ran" in run.stdout, f"exit {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
+
+
 def test_shared_buffers_need_iree():
     model = make_model(_fixed_capacity_steps(1)[0])
     with pytest.raises(GqaTorchMlirError, match="share_buffers needs backend 'iree-cpu'"):

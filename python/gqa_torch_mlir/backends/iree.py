@@ -504,8 +504,17 @@ class _ResidentArrays:
         self._by_id = {}
 
     def remember(self, host: np.ndarray, device_array) -> None:
-        key = id(host)
-        self._by_id[key] = (weakref.ref(host, lambda _ref, key=key: self._by_id.pop(key, None)), device_array)
+        key, owner = id(host), weakref.ref(self)
+
+        def forget(_ref, key=key, owner=owner):
+            registry = owner()
+            if registry is not None:
+                registry._by_id.pop(key, None)
+
+        # The callback holds this registry weakly: a cycle through it would leave the
+        # device arrays to the cyclic GC, which may free them after the IREE device
+        # and instance (a segfault at interpreter exit).
+        self._by_id[key] = (weakref.ref(host, forget), device_array)
 
     def device_array_of(self, array):
         entry = self._by_id.get(id(array))
