@@ -340,6 +340,9 @@ CASES: List[Case] = [
                 past_key=(F32, ["batch", HKV, P, DH]), past_value=(F32, ["batch", HKV, P, DH]), seqlens_k=(I32, [0]))),
     # -- declared output types that contradict the inputs --------------------------------------------
     Case("output_declared_f16_for_f32_inputs", lambda: gqa_model(edit=_set_output(0, elem=F16)), ("output 0 'output'", "f16"), "load"),
+    case("present_declared_beyond_past_plus_s", ["output 1 'present_key'", "declared with 7 rows", "4 (fixed capacity) or 4 + 1"], "accepts",
+         why="onnxruntime only warns when a declared output shape is wrong; its present has max(P, total) rows, not 7",
+         edit=lambda m: [_set_output(i, dims={2: 7})(m) for i in (1, 2)]),
     Case("output_declared_hidden_32", lambda: gqa_model(edit=_set_output(0, dims={2: 32})), ("output 0 'output'", "32"), "accepts",
          why="onnxruntime only warns when a declared output shape is wrong; the lowering must type its results"),
     # -- attribute values ----------------------------------------------------------------------------

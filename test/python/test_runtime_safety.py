@@ -420,3 +420,19 @@ def test_token_ids_outside_the_vocabulary_fail_a_named_check(backend):
     for ids in ([vocab - 1, -vocab, -1],):
         got = dict(zip(names, session.run(None, feeds(ids))))["logits"]
         np.testing.assert_allclose(got, run_onnxruntime(proto, feeds(ids))["logits"], atol=1e-4, rtol=1e-4)
+
+
+def test_several_tokens_after_a_past_need_batch_1():
+    """onnxruntime: 'batch_size must be 1 when sequence_length > 1 and past context is given'
+    (without query_seqlens); the lowering computed it.  Batch 1, or S == total, still runs."""
+    cfg = C(batch=1, seq=2, past=4, dynamic=True)
+    model = make_model(cfg)
+    feeds = make_inputs(cfg)
+    batch2 = {k: np.concatenate([v, v]) if k != "total_sequence_length" else v for k, v in feeds.items()}
+    with pytest.raises(Exception, match="batch_size must be 1"):
+        run_onnxruntime(model, batch2)
+    session = InferenceSession(model)
+    with pytest.raises(RuntimeInvocationError, match="a step of S > 1 tokens after a past needs batch size 1"):
+        session.run(None, batch2)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, run_onnxruntime(model, feeds), feeds)

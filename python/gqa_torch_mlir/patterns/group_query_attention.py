@@ -283,9 +283,25 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
         past_len_B = tb.sub(tb.add_scalar(seqlens_B, 1), tb.to_dtype(ins.query_seqlens, "si64"))  # [B]
     else:
         first_prompt = tb.eq_scalar(total, S)
+        check_chunk_batch(tb, first_prompt, tb.size(ins.query, 0), S)
         past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
     position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
     return Step(S, seqlens_B, total, first_prompt, past_len_B, position_BS)
+
+
+def check_chunk_batch(tb: TorchBuilder, first_prompt: Tensor, B: Dim, S: Dim) -> None:
+    """S > 1 tokens after a past need batch 1 (onnxruntime's rule without query_seqlens)."""
+    if B == 1 or S == 1:
+        return
+    ok = first_prompt
+    for d in (B, S):
+        if not isinstance(d, int):
+            ok = tb.logical_or(ok, tb.eq_scalar(tb.dim_tensor(d), 1))
+    tb.runtime_check(
+        ok,
+        "GroupQueryAttention: a step of S > 1 tokens after a past needs batch size 1, or query_seqlens "
+        "(onnxruntime rejects it otherwise)",
+    )
 
 
 def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
@@ -504,8 +520,22 @@ def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim
     """
     P = past.shape[2]
     declared = _declared_present_rows(b)
-    if declared is not None and P is not None and declared >= P:
-        return declared - P
+    if declared is not None and P is not None:
+        growth = declared - P
+        if growth == 0:
+            return 0
+        if growth < 0 or (isinstance(step.S, int) and growth != step.S):
+            S = step.S if isinstance(step.S, int) else "S"
+            raise Refusal(
+                f"is declared with {declared} rows, but onnxruntime's present has max(past length, total_sequence_length) rows: "
+                f"{P} (fixed capacity) or {P} + {S} (a growing cache) with a past of {P} rows",
+                "output 1 'present_key'",
+            )
+        tb.runtime_assert(
+            tb.dim_eq(step.S, growth),
+            f"GroupQueryAttention: the present is declared with {declared} rows, past length {P} + S: S (query dimension 1) must be {growth}",
+        )
+        return growth
     total = tb.item(step.total)
     return tb.dim_max(tb.dim_min(tb.dim_sub(total, tb.size(past, 2)), step.S), 0)  # in [0, S] whatever total holds
 
