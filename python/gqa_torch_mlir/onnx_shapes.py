@@ -22,12 +22,15 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference where it works; contrib ops it does not know are left as they are."""
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # models over 2 GB, or inference bugs: import what we have
-        return model
+    except Exception:  # models over 2 GB, or inference bugs: import what we have (a copy: it is edited next)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
 
 
 def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     model = infer_shapes(model)
+    _rank_unshaped_gqa_inputs(model.graph)
     for _ in range(sum(1 for n in model.graph.node if (n.domain, n.op_type) == GQA)):
         if not _type_gqa_outputs(model.graph):
             break
@@ -96,5 +99,31 @@ def _gqa_output_shapes(node: onnx.NodeProto, types) -> Optional[List[List]]:
     packed = len(node.input) < 2 or not node.input[1]
     Dh = query[2] // (H + 2 * Hkv) if packed else query[2] // H
     B, S = query[0], query[1]
-    cache = [B, Hkv, None, Dh]
+    quantized = attrs.get("k_quant_type", b"NONE") not in (b"NONE", "NONE")
+    cache = [B, Hkv, None, Dh // 2 if quantized and attrs.get("kv_cache_bit_width") == 4 else Dh]  # int4: two values a byte
     return [[B, S, H * Dh], cache, cache, [B, H, S, None]]
+
+
+# The rank of each GroupQueryAttention input slot (total_sequence_length: a scalar, as unshaped imports).
+_SLOT_RANKS = {0: 3, 1: 3, 2: 3, 3: 4, 4: 4, 5: 1, 7: 2, 8: 2, 9: 2, 10: 4, 11: 1, 16: 1}
+
+
+def _rank_unshaped_gqa_inputs(graph: onnx.GraphProto) -> None:
+    """Give a graph input declared without a shape the rank of the GroupQueryAttention slot it feeds.
+
+    torch-mlir's importer types a value without a shape as rank 0; onnxruntime
+    runs such a model.  Its dims become symbolic, which the lowering checks at
+    run time (or refuses by name where it needs a static size).
+    """
+    unshaped = {vi.name: vi for vi in graph.input if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")}
+    for node in graph.node:
+        if (node.domain, node.op_type) != GQA or not unshaped:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        per_channel = attrs.get("k_quant_type") in (b"PER_CHANNEL", "PER_CHANNEL")
+        for slot, name in enumerate(node.input):
+            rank = _SLOT_RANKS.get(slot, 4 if per_channel else 1 if slot in (12, 13) else None)
+            if name in unshaped and rank is not None:
+                shape = unshaped.pop(name).type.tensor_type.shape
+                for i in range(rank):
+                    shape.dim.add().dim_param = f"{name}_dim{i}"

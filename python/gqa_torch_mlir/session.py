@@ -61,7 +61,7 @@ class NodeArg:
     """A graph input or output as onnxruntime describes it."""
 
     name: str
-    shape: List[Union[int, str, None]]  # int, symbolic name, or None when unknown
+    shape: Optional[List[Union[int, str, None]]]  # int, symbolic name, or None when unknown; None: no shape declared
     type: str
     elem_type: int
 
@@ -72,7 +72,7 @@ def _node_args(values: Sequence[onnx.ValueInfoProto], skip=frozenset()) -> List[
         if vi.name in skip:
             continue
         tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim] if tt.HasField("shape") else None
         args.append(NodeArg(vi.name, shape, _ONNX_TYPE_NAMES.get(tt.elem_type, f"tensor({tt.elem_type})"), tt.elem_type))
     return args
 
@@ -166,6 +166,8 @@ class InferenceSession:
         want = _ONNX_TO_NUMPY.get(arg.elem_type)
         if want is not None and value.dtype != want:
             raise RuntimeInvocationError(f"input '{arg.name}': expected {arg.type}, got numpy {value.dtype}")
+        if arg.shape is None:  # declared without a shape: the compiled signature checks it
+            return value
         if len(arg.shape) != value.ndim:
             raise RuntimeInvocationError(f"input '{arg.name}': expected rank {len(arg.shape)}, got shape {value.shape}")
         for i, (d, n) in enumerate(zip(arg.shape, value.shape)):

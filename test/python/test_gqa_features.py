@@ -289,8 +289,9 @@ def test_absent_past_with_static_shapes(batch):
 
 @pytest.mark.parametrize(
     "cfg",
-    [C(batch=2, seq=1, past=6, past_lens=(6, 3)), C(batch=1, seq=3, past=4, rotary=True, dynamic=True), C(batch=1, seq=1, past=4, kv_bits=8)],
-    ids=["static", "dynamic", "int8_cache"],
+    [C(batch=2, seq=1, past=6, past_lens=(6, 3)), C(batch=1, seq=3, past=4, rotary=True, dynamic=True), C(batch=1, seq=1, past=4, kv_bits=8),
+     C(batch=1, seq=1, past=4, kv_bits=4)],
+    ids=["static", "dynamic", "int8_cache", "int4_cache"],
 )
 def test_graph_outputs_declared_without_a_shape(cfg):
     """Graph outputs with an element type but no shape: onnxruntime runs them; the importer would
@@ -298,4 +299,36 @@ def test_graph_outputs_declared_without_a_shape(cfg):
     model, feeds = make_model(cfg), make_inputs(cfg)
     for output in model.graph.output:
         output.type.tensor_type.ClearField("shape")
+    assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
+
+
+def _symbolic(model, name: str, dims=None) -> None:
+    """Make dims ``dims`` (all when None) of graph input ``name`` symbolic."""
+    shape = next(i for i in model.graph.input if i.name == name).type.tensor_type.shape
+    for i, d in enumerate(shape.dim):
+        if dims is None or i in dims:
+            d.Clear()
+            d.dim_param = f"{name}_{i}"
+
+
+def _unshaped(model, name: str) -> None:
+    next(i for i in model.graph.input if i.name == name).type.tensor_type.ClearField("shape")
+
+
+# Declarations onnxruntime runs that the lowering refused (found by a declaration fuzzer against onnxruntime).
+DECLARATIONS = [
+    ("past_value_rows_symbolic_empty_past", C(batch=1, seq=2, past=0, packed=True), lambda m: _symbolic(m, "past_value")),
+    ("cos_rows_symbolic_sin_static", C(batch=1, seq=3, past=0, rotary=True), lambda m: _symbolic(m, "cos_cache", {0})),
+    ("per_tensor_scales_symbolic", C(batch=1, seq=1, past=4, kv_bits=8), lambda m: (_symbolic(m, "k_scale"), _symbolic(m, "v_scale"))),
+    ("per_channel_scales_symbolic", C(batch=1, seq=1, past=4, kv_bits=4, quant_type="PER_CHANNEL"), lambda m: (_symbolic(m, "k_scale"), _symbolic(m, "v_scale"))),
+    ("key_value_past_without_shapes", C(batch=2, seq=1, past=6, past_lens=(6, 3)), lambda m: [_unshaped(m, n) for n in ("key", "value", "past_key", "past_value", "seqlens_k")]),
+    ("rotary_inputs_without_shapes", C(batch=1, seq=3, past=4, rotary=True, position_ids=True), lambda m: [_unshaped(m, n) for n in ("key", "position_ids")]),
+    ("per_channel_scales_without_shapes", C(batch=1, seq=1, past=4, kv_bits=8, quant_type="PER_CHANNEL"), lambda m: [_unshaped(m, n) for n in ("k_scale", "v_scale")]),
+]
+
+
+@pytest.mark.parametrize("name,cfg,declare", DECLARATIONS, ids=[d[0] for d in DECLARATIONS])
+def test_declarations_onnxruntime_runs_agree_with_it(name, cfg, declare):
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=len(name))
+    declare(model)
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)

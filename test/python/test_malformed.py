@@ -253,8 +253,8 @@ CASES: List[Case] = [
     # -- ranks and dtypes ----------------------------------------------------------------------
     case("query_rank2", [Q0, "rank 3"], "load", **_inp(query=(F32, [B, H * DH]))),
     case("query_rank4", [Q0, "rank 3"], "load", **_inp(query=(F32, [B, S, H, DH]))),
-    Case("query_without_shape", lambda: gqa_model(edit=_unranked_query), (Q0, "rank 3"), "accepts",
-         why="torch-mlir's importer types a graph input without a shape as rank 0, so the lowering sees a scalar"),
+    Case("query_without_shape", lambda: gqa_model(edit=_unranked_query), (Q0, "hidden size", "static"), "accepts",
+         why="declared without a shape, the query's hidden size is unknown; the lowering needs it statically"),
     case("key_rank2", [K1, "rank 3"], "run", **_inp(key=(F32, [B, HKV * DH]))),
     case("past_key_rank3", [PK3, "rank 4"], "load", **_inp(past_key=(F32, [B, HKV, P * DH]))),
     case("seqlens_k_int64", [SL5, "int32"], "load", **_inp(seqlens_k=(I64, [B]))),

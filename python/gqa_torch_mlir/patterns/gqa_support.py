@@ -212,7 +212,7 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
         if not rule.lowered and b.has_input(rule.slot):
             raise Refusal(f"is not supported ({rule.note})", _input_subject(rule.slot))
     if b.num_input_slots() > len(INPUTS):
-        raise Refusal(f"the op has {b.num_input_slots()} inputs; GroupQueryAttention defines {len(INPUTS)}")
+        raise Refusal(f"is not an input of GroupQueryAttention: the node has {b.num_input_slots()} inputs; GroupQueryAttention defines {len(INPUTS)}", f"input {len(INPUTS)}")
     _check_outputs(b, attrs)
     t = {r.name: b.tensor(r.slot, r.name) for r in INPUTS if r.lowered}
     query = _require(t, "query")
@@ -279,7 +279,7 @@ def _check_bias_columns(b: OpBinder, t: dict):
 
 def _check_outputs(b: OpBinder, attrs: GqaAttributes):
     if b.num_results > len(OUTPUTS):
-        raise Refusal(f"the op has {b.num_results} outputs; GroupQueryAttention defines {len(OUTPUTS)}")
+        raise Refusal(f"is not an output of GroupQueryAttention: the node has {b.num_results} outputs; GroupQueryAttention defines {len(OUTPUTS)} ({', '.join(OUTPUTS)})", f"output {len(OUTPUTS)}")
     if attrs.qk_output and b.num_results < 4:
         raise Refusal(f"qk_output={attrs.qk_output} needs output 3 'output_qk', which the node does not have", "attribute 'qk_output'")
     if not attrs.qk_output and b.num_results == 4:
@@ -368,7 +368,10 @@ def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
         if scale.dtype != "f32":
             raise Refusal(f"element type {scale.dtype} is not supported; onnxruntime requires float32", _input_subject(slot))
         per_channel = (1, attrs.kv_num_heads, 1, Dh)
-        ok = scale.shape == per_channel if attrs.quant_type == "PER_CHANNEL" else all(d == 1 for d in scale.shape)
+        if attrs.quant_type == "PER_CHANNEL":  # a symbolic dim is checked at run time (unify_dims)
+            ok = scale.rank == 4 and all(d is None or d == w for d, w in zip(scale.shape, per_channel))
+        else:
+            ok = all(d is None or d == 1 for d in scale.shape)
         if not ok:
             want = "[1,Hkv,1,Dh] = " + _fmt(per_channel) if attrs.quant_type == "PER_CHANNEL" else "one element ([1])"
             raise Refusal(f"shape {_fmt(scale.shape)} is not supported for {attrs.quant_type}; supported: {want}", _input_subject(slot))
@@ -412,8 +415,9 @@ def _check_rotary(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
                 f"head_size / 2 ({Dh // 2}) (onnxruntime rejects it otherwise)",
                 _input_subject(slot),
             )
-    if caches[0][1].shape != caches[1][1].shape:
-        raise Refusal(f"shape {_fmt(caches[1][1].shape)} differs from cos_cache's {_fmt(caches[0][1].shape)}", _input_subject(8))
+    cos, sin = caches[0][1].shape, caches[1][1].shape
+    if any(c is not None and d is not None and c != d for c, d in zip(cos, sin)):  # a dynamic row count is checked at run time
+        raise Refusal(f"shape {_fmt(sin)} differs from cos_cache's {_fmt(cos)}", _input_subject(8))
 
 
 def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):

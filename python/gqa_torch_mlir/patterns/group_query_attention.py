@@ -164,6 +164,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
 _BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0, "query_seqlens": 0}
 _SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "attention_bias": 2}  # position_ids: at least S (_check_paired_dims)
 _OP = "GroupQueryAttention"
+_PAIRED_DIMS = [("past_value", "past_key", 2), ("sin_cache", "cos_cache", 0)]  # (input, the input it must equal, dim)
 _NO_BROADCAST = " (a dimension only known at run time is not broadcast; onnxruntime rejects other sizes)"
 
 
@@ -186,6 +187,11 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
     _refine(tb, ins, "key", {2: Hkv * Dh})
     _refine(tb, ins, "value", {2: Hkv * Dh})
     _refine(tb, ins, "head_sink", {0: H})
+    if attrs.kv_bits:  # one element, or [1,Hkv,1,Dh] per channel
+        for name in ("k_scale", "v_scale"):
+            scale = getattr(ins, name)
+            sizes = (1, Hkv, 1, Dh) if attrs.quant_type == "PER_CHANNEL" else (1,) * scale.rank
+            _refine(tb, ins, name, dict(enumerate(sizes)), f" ({attrs.quant_type} quantization)")
     batch_dims = dict(_BATCH_DIMS)
     seqlens_batch_dim = _seqlens_batch_dim(ins.seqlens_k)
     if seqlens_batch_dim is not None:  # its static length is the batch size too
@@ -197,6 +203,9 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
             _refine(tb, ins, "attention_bias", {1: H}, _NO_BROADCAST)
     for what, dims in (("batch", batch_dims), ("sequence", _SEQ_DIMS)):
         _unify(tb, ins, what, dims)
+    for name, other, d in _PAIRED_DIMS + [(o, n, d) for n, o, d in _PAIRED_DIMS]:  # a static size on one side types both
+        if getattr(ins, name) is not None and getattr(ins, other).shape[d] is not None:
+            _refine(tb, ins, name, {d: getattr(ins, other).shape[d]}, f" ({other}'s; onnxruntime rejects it otherwise)")
     _check_paired_dims(tb, ins)
     return ins
 
@@ -241,8 +250,7 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
     """past_value's rows are past_key's, sin_cache's shape is cos_cache's, seqlens_k has
     one entry per batch row, total_sequence_length one element and the query at
     least one row (run-time sizes)."""
-    pairs = [("past_value", "past_key", 2), ("sin_cache", "cos_cache", 0)]
-    for name, other, d in pairs:
+    for name, other, d in _PAIRED_DIMS:
         t, ref = getattr(ins, name), getattr(ins, other)
         if t is not None:
             tb.check_dim(t, d, tb.size(ref, d), f"{_OP}: {name} dimension {d} must equal {other}'s (onnxruntime rejects it otherwise)")
