@@ -450,6 +450,9 @@ class TorchBuilder:
         shape = broadcast_shapes(cond.shape, a.shape)
         return self.tensor_op("torch.aten.where.ScalarOther", [cond.value, a.value, self.float(other)], shape, a.dtype)
 
+    def isnan(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.isnan", [t.value], t.shape, "i1")
+
     def exp(self, t: Tensor) -> Tensor:
         return self.tensor_op("torch.aten.exp", [t.value], t.shape, t.dtype)
 

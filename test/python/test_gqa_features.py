@@ -332,3 +332,32 @@ def test_declarations_onnxruntime_runs_agree_with_it(name, cfg, declare):
     model, feeds = make_model(cfg), make_inputs(cfg, seed=len(name))
     declare(model)
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("what", ["nan_key", "nan_value", "zero_scale"])
+def test_quantized_cache_stores_nan_and_zero_scale_as_onnxruntime(bits, what):
+    """onnxruntime stores a NaN as the top code (int8 127, int4 +7) and quantizes with a
+    scale of 0 as with 1; the lowering cast NaN to an undefined code and divided by 0."""
+    cfg = C(batch=1, seq=1, past=4, kv_bits=bits)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=3)
+    if what == "zero_scale":
+        feeds["k_scale"] = np.zeros_like(feeds["k_scale"])
+    else:
+        feeds["key" if what == "nan_key" else "value"][0, 0, 3] = np.nan
+    want, got = run_onnxruntime(model, feeds), _run_ours(model, feeds)
+    for name in ("present_key", "present_value"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    np.testing.assert_allclose(got["output"], want["output"], atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("total", [5, 6])
+def test_query_seqlens_total_between_past_and_past_plus_s(total):
+    """With query_seqlens, total_sequence_length is an upper bound: onnxruntime's present has
+    max(P, total) rows for a total between P and P + S too (it was refused)."""
+    cfg = C(batch=1, seq=4, past=3, past_lens=(1,), query_lens=(4,), dynamic=True)
+    model = make_model(cfg)
+    feeds = dict(make_inputs(cfg), total_sequence_length=np.array(total, np.int32))
+    want = run_onnxruntime(model, feeds)
+    assert want["present_key"].shape[2] == total
+    assert not compare(cfg, _run_ours(model, feeds), want, feeds)

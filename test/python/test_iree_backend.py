@@ -193,6 +193,20 @@ def test_shared_buffers_survive_interpreter_exit():
         assert run.returncode == 0 and "ran" in run.stdout, f"exit {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_sdpa_masks_a_bias_column_the_query_does_not_see(value):
+    """attention_bias NaN or +inf in a causally masked column: onnxruntime never reads it;
+    SDPA's additive mask made it -inf + NaN = NaN in every head of that query (now a select)."""
+    cfg = GQAConfig(batch=1, seq=3, past=0, attention_bias="11")
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    feeds["attention_bias"][0, 0, 0, 2] = value  # query 0 sees column 0 only
+    want = run_onnxruntime(model, feeds)
+    assert np.isfinite(want["output"]).all()
+    session = InferenceSession(model, backend="iree-cpu", attention="sdpa", threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, want, feeds)
+
+
 def test_shared_buffers_need_iree():
     model = make_model(_fixed_capacity_steps(1)[0])
     with pytest.raises(GqaTorchMlirError, match="share_buffers needs backend 'iree-cpu'"):

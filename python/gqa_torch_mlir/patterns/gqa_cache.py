@@ -5,7 +5,8 @@ CPU kernel keeps the cache quantized with the scales ``k_scale``/``v_scale``
 (``[1]`` or ``[1,Hkv,1,Dh]``):
 
 * ``kv_cache_bit_width = 8``: int8 cache ``[B,Hkv,T,Dh]``,
-  ``q = clamp(round_half_even(x / scale), -128, 127)``, read back as ``q * scale``.
+  ``q = clamp(round_half_even(x / scale), -128, 127)``, read back as ``q * scale``;
+  as onnxruntime does, a NaN stores the top code and a zero scale quantizes as 1.
 * ``kv_cache_bit_width = 4``: uint8 cache ``[B,Hkv,T,Dh/2]``,
   ``q = clamp(round_half_even(x / scale), -8, 7)`` stored as ``q + 8`` nibbles,
   element 2i in the low nibble of byte i and element 2i+1 in the high one.
@@ -44,7 +45,10 @@ class CacheCodec:
         if not self.quantized:
             return x_BHkvSDh
         limit = 127 if self.bits == 8 else 7
-        q = tb.div(tb.to_dtype(x_BHkvSDh, "f32"), _broadcastable(tb, self.scale(which)))
+        scale = _broadcastable(tb, self.scale(which))
+        scale = tb.where_scalar_else(tb.eq_scalar(scale, 0.0), 1.0, scale)  # onnxruntime quantizes with 1 then
+        q = tb.div(tb.to_dtype(x_BHkvSDh, "f32"), scale)
+        q = tb.where_scalar_else(tb.isnan(q), float(limit), q)  # NaN: onnxruntime's top code (a NaN cast is undefined)
         q = tb.clamp(tb.round(q), -limit - 1.0, float(limit))  # integers in f32
         if self.bits == 8:
             return tb.to_dtype(q, "si8")

@@ -93,6 +93,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)
     ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)
     step = step_positions(tb, ins)
+    check_total(tb, ins, step, attrs.window_cache)
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)
     if ins.cos_cache is not None:  # checked whenever given, as onnxruntime does
         check_rotary_rows(tb, ins, step)
@@ -439,6 +440,18 @@ def to_heads(tb: TorchBuilder, x_BSD: Tensor, heads: int, Dh: int) -> Tensor:
 # a run-time check with onnxruntime's rule in the message.
 
 
+def check_total(tb: TorchBuilder, ins: GqaInputs, step: Step, window_cache: bool) -> None:
+    """total_sequence_length covers every row's tokens (seqlens_k[b] + 1), is >= 1 and, but for
+    a window cache, >= S: onnxruntime's rules (a first prompt's rows then never exceed S)."""
+    covers = tb.le(tb.add_scalar(step.seqlens_B, 1), step.total)  # [B] <= [] (or [1])
+    least = 1 if window_cache else step.S
+    tb.runtime_check(
+        tb.logical_and(covers, tb.ge_scalar(step.total, least)),
+        f"GroupQueryAttention: total_sequence_length must be at least seqlens_k[b] + 1 for every row and at least "
+        f"{'1' if window_cache else 'S (query dimension 1)'} (onnxruntime rejects it otherwise)",
+    )
+
+
 def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, growth: Dim) -> Tensor:
     """Cache rows of the new tokens (their positions), clamped into [0, T), T = P + growth.
 
@@ -461,6 +474,8 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, gro
         total_ok, rule = growing, "equal past length + S: the present is declared with past length + S rows (a growing cache)"
     elif growth == 0 and isinstance(P, int):  # present declared with P rows
         total_ok, rule = fixed, "be at most the past length: the present is declared with the past's rows (fixed capacity)"
+    elif ins.query_seqlens is not None:  # an upper bound: present has max(P, total) rows
+        total_ok, rule = tb.le_scalar(step.total, tb.dim_add(P, step.S)), "be at most past length + S (with query_seqlens)"
     else:
         total_ok, rule = tb.logical_or(growing, fixed), "equal past length + S (growing cache) or be at most the past length (fixed capacity)"
     tb.runtime_check(tb.logical_and(total_ok, tb.ge_scalar(step.total, 1)), f"GroupQueryAttention: total_sequence_length must {rule}, and be >= 1")
@@ -723,8 +738,8 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
     dropped by torch-mlir's linalg lowering); another scale is folded into Q.
     """
     mask_B1ST = tb.unsqueeze(tb.where_scalars(visible_BST, 0.0, NEG_INF, query_BHSDh.dtype), 1)  # [B,S,T] -> [B,1,S,T]
-    if bias is not None:
-        mask_B1ST = tb.add(mask_B1ST, bias)  # [B,1,S,T] + [B|1,H|1,S,T]
+    if bias is not None:  # a select, not a sum: a NaN or +inf bias in a masked column must stay masked
+        mask_B1ST = tb.where_else_scalar(tb.unsqueeze(visible_BST, 1), bias, NEG_INF)  # [B,1,S,T] ? [B|1,H|1,S,T] : -inf
     scale, Dh, dtype = effective_scale(attrs, ins.head_size), ins.head_size, query_BHSDh.dtype
     # f32 as onnxruntime computes f16 (torch-mlir's f16 SDPA loses rows with large scores)
     q, k, v, mask = (tb.to_dtype(t, "f32") for t in (query_BHSDh, key_BHkvTDh, value_BHkvTDh, mask_B1ST))
