@@ -398,6 +398,22 @@ def test_rows_a_batch_row_does_not_read_may_hold_nan(name, cfg, attrs, attention
     assert not compare(cfg, got, want, feeds)
 
 
+@pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("decomposed", "iree-cpu"), ("sdpa", "iree-cpu")])
+def test_window_cache_rows_outside_the_window_may_hold_nan(attention, backend):
+    """A window-sized buffer keeps rows its queries' window has left behind: onnxruntime never
+    reads them (its P.V spans the window), so a NaN there reached ours only, as 0 * NaN.
+    (Over a growing or fixed cache onnxruntime's P.V spans every row up to seqlens_k: a NaN
+    before the window reaches its output too, and ours; test_nan_reaches_only_the_heads_that_read_it.)"""
+    cfg = C(batch=1, seq=1, past=4, past_lens=(8,), window=3, window_cache=True)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    feeds["past_value"][0, 0, 0, 6] = np.nan  # buffer row 0 holds position 4; the query sees positions 6..8
+    want = run_onnxruntime(model, feeds)
+    assert np.isfinite(want["output"]).all()
+    session = InferenceSession(model, backend=backend, threads=1, attention=attention)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    np.testing.assert_allclose(got["output"], want["output"], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_token_ids_outside_the_vocabulary_fail_a_named_check(backend):
     """The embedded decoder's embedding Gather: torch-mlir's lowering trusts its indices (a

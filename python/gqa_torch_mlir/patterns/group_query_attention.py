@@ -113,7 +113,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         bias = window_bias(tb, ins, step, cache.key_pos)
     else:
         bias = padded_bias(tb, ins, step, cache.present_key)
-    read_B1R = read_rows(tb, step, cache.key_pos)
+    read_B1R = read_rows(tb, step, cache.key_pos, attrs)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R)
     else:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
@@ -605,16 +605,28 @@ def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
     return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
 
 
-def read_rows(tb: TorchBuilder, step: Step, key_pos: Tensor) -> Tensor:
-    """i1 [B,1,T]: the rows batch row b reads, positions <= seqlens_k[b] (a prefix of the rows).
+def read_rows(tb: TorchBuilder, step: Step, key_pos: Tensor, attrs: GqaAttributes) -> Tensor:
+    """i1 [B,1,T]: the rows batch row b reads, positions <= seqlens_k[b] and, in a window
+    cache (W = local_window_size), >= the lowest first key of its queries, min_s(hi) + 1 - W.
 
     onnxruntime's P.V for row b spans exactly these; ours span all T rows with
     probability 0 past them, and 0 * NaN is NaN: a NaN in a row b never reads
-    (a shorter row of a ragged batch, a shared buffer's unused rows) must not
-    reach b's output.  ``key_pos``: [T], or per batch row [B,1,T] (window cache).
+    (a shorter row of a ragged batch, a shared buffer's unused rows, a row the
+    window left behind) must not reach b's output.  ``key_pos``: [T], or per
+    batch row [B,1,T] (window cache).
     """
     last_B11 = tb.unsqueeze(tb.unsqueeze(step.seqlens_B, 1), 2)  # [B] -> [B,1,1]
-    return tb.le(key_pos, last_B11)  # [T] or [B,1,T] <= [B,1,1] -> [B,1,T]
+    read_B1T = tb.le(key_pos, last_B11)  # [T] or [B,1,T] <= [B,1,1] -> [B,1,T]
+    if attrs.window_cache:  # onnxruntime's P.V over a growing or fixed cache spans every row up to seqlens_k
+        hi_BS = tb.minimum(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))  # [B,S]
+        first_B11 = tb.add_scalar(tb.unsqueeze(tb.amin(hi_BS, 1), 2), 1 - attrs.local_window_size)  # [B,S] -> [B,1] -> [B,1,1]
+        read_B1T = tb.logical_and(read_B1T, tb.ge(key_pos, first_B11))
+    return read_B1T
+
+
+def reads_a_prefix(attrs: GqaAttributes) -> bool:
+    """Whether every batch row reads a prefix [0, n) of the rows (all but a window cache)."""
+    return not attrs.window_cache
 
 
 def zero_unread_rows(tb: TorchBuilder, read_B1T: Tensor, x_BHkvTD: Tensor) -> Tensor:
@@ -622,7 +634,7 @@ def zero_unread_rows(tb: TorchBuilder, read_B1T: Tensor, x_BHkvTD: Tensor) -> Te
     return tb.where_else_scalar(tb.unsqueeze(read_B1T, 3), x_BHkvTD, 0.0)  # [B,1,T,1] ? x : 0
 
 
-def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor) -> Tensor:
+def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor, prefix: bool = True) -> Tensor:
     """P.V with the value rows a batch row does not read zeroed, at the cost of those rows only.
 
     Rows [0, m), m the fewest rows any batch row reads, are read by every
@@ -631,6 +643,8 @@ def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tenso
     multi-threaded runtime fails on an ``scf.if`` here.
     """
     T = tb.size(v_BHkvTDh, 2)
+    if not prefix:  # a local window: the rows read are a range, zeroed outside it over all rows
+        return tb.matmul(probs_BHkvGST, zero_unread_rows(tb, read_B1T, v_BHkvTDh))
     if T == 1:  # row 0 is read by every batch row
         return tb.matmul(probs_BHkvGST, v_BHkvTDh)
     counts_B11 = tb.sum_dim(tb.to_dtype(read_B1T, "si64"), 2)  # [B,1,T] -> [B,1,1]
@@ -790,7 +804,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
     probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
     probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
-    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs))  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
     attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
