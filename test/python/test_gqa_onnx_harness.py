@@ -272,9 +272,9 @@ def test_compare_ignores_cache_rows_beyond_seqlens(ragged_run) -> None:
     got = _copy(want)
     got["present_key"][1, :, 3:] = 1e4  # b=1 holds 3 valid rows
     assert compare(RAGGED, got, want, feeds) == []
-    # a longer (e.g. max-length buffer) present is fine too
+    # a longer present is another cache (fed back, it would not be onnxruntime's): reported
     got["present_key"] = np.concatenate([got["present_key"], np.full((2, 2, 4, 16), 7.0, np.float32)], axis=2)
-    assert compare(RAGGED, got, want, feeds) == []
+    assert compare(RAGGED, got, want, feeds) == ["present_key: shape (2, 2, 10, 16) != onnxruntime's (2, 2, 6, 16) ([B,Hkv,T,Dh])"]
 
 
 def test_compare_reports_shapes_and_missing(ragged_run) -> None:
@@ -285,7 +285,7 @@ def test_compare_reports_shapes_and_missing(ragged_run) -> None:
     got["output"] = got["output"][:1]
     msgs = "\n".join(compare(RAGGED, got, want, feeds))
     assert "present_value: missing" in msgs
-    assert "present_key: sequence axis has 4 rows, need at least 6" in msgs
+    assert "present_key: shape (2, 2, 4, 16) != onnxruntime's (2, 2, 6, 16)" in msgs
     assert "output: shape (1, 1, 64)" in msgs
 
 
