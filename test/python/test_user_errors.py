@@ -28,7 +28,26 @@ CONFIG = json.loads((EMBEDDED_DECODER / "genai_config.json").read_text())
 
 
 def run_tool(*args: str, tool: str = "gqa-torch-mlir") -> subprocess.CompletedProcess:
+    """The installed command in a subprocess (what a user runs; used once per tool)."""
     return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, timeout=600)
+
+
+def run_main(*args: str, tool: str = "gqa-torch-mlir") -> subprocess.CompletedProcess:
+    """The command's ``main`` in this process (no interpreter start): an exception escaping
+    it would fail the test; argparse's usage errors exit as they do from the shell."""
+    import contextlib
+    import io
+
+    from gqa_torch_mlir.tools import cli, opt
+
+    main = {"gqa-torch-mlir": cli.main, "gqa-torch-mlir-opt": opt.main}[tool]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse
+            code = e.code
+    return subprocess.CompletedProcess([tool, *args], code, out.getvalue(), err.getvalue())
 
 
 def assert_one_line_error(run: subprocess.CompletedProcess, lead: str, *expect: str) -> None:
@@ -89,7 +108,7 @@ BAD_DIRECTORIES = {
 @pytest.mark.parametrize("name", sorted(BAD_DIRECTORIES))
 def test_generate_refuses_a_directory_that_is_not_a_decoder(name, tmp_path):
     make, expect = BAD_DIRECTORIES[name]
-    assert_one_line_error(run_tool("generate", "--model", str(make(tmp_path)), "--steps", "1"), "gqa-torch-mlir: error:", *expect)
+    assert_one_line_error(run_main("generate", "--model", str(make(tmp_path)), "--steps", "1"), "gqa-torch-mlir: error:", *expect)
 
 
 @pytest.mark.parametrize(
@@ -104,11 +123,16 @@ def test_generate_refuses_a_directory_that_is_not_a_decoder(name, tmp_path):
     ids=["token_past_vocabulary", "negative_token", "longer_than_context", "negative_steps", "empty_prompt"],
 )
 def test_generate_refuses_bad_arguments_before_compiling(args, lead, expect):
-    assert_one_line_error(run_tool("generate", *args), lead, *expect)
+    assert_one_line_error(run_main("generate", *args), lead, *expect)
+
+
+def test_the_installed_command_reports_the_same_line():
+    """One case through the installed script, as a user runs it."""
+    assert_one_line_error(run_tool("generate", "--prompt", "211"), "gqa-torch-mlir: error:", "token ids [211]")
 
 
 def test_demo_refuses_negative_steps():
-    assert_one_line_error(run_tool("demo", "--steps", "-3"), "gqa-torch-mlir demo: error:", "--steps: must be >= 0")
+    assert_one_line_error(run_main("demo", "--steps", "-3"), "gqa-torch-mlir demo: error:", "--steps: must be >= 0")
 
 
 # -- output and input files ---------------------------------------------------------------------
@@ -118,7 +142,7 @@ def test_demo_refuses_negative_steps():
 def test_compile_output_that_cannot_be_written(target, tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(make_model(GQAConfig()).SerializeToString())
-    run = run_tool("compile", str(model), "--output-type", "torch", "-o", str(tmp_path / target))
+    run = run_main("compile", str(model), "--output-type", "torch", "-o", str(tmp_path / target))
     assert_one_line_error(run, "gqa-torch-mlir: error:", "cannot write output file")
 
 
@@ -132,7 +156,7 @@ def test_opt_output_that_cannot_be_written(tmp_path):
 def test_opt_input_that_is_not_text(tmp_path):
     source = tmp_path / "in.mlir"
     source.write_bytes(b"\xff\xfe\x00module")
-    assert_one_line_error(run_tool(str(source), tool="gqa-torch-mlir-opt"), "gqa-torch-mlir-opt: error:", "is not UTF-8 text")
+    assert_one_line_error(run_main(str(source), tool="gqa-torch-mlir-opt"), "gqa-torch-mlir-opt: error:", "is not UTF-8 text")
 
 
 # -- the Python API --------------------------------------------------------------------------------
