@@ -26,7 +26,7 @@ import pytest
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import RuntimeInvocationError
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime, window_resident
-from gqa_torch_mlir.testing.isolated import run_isolated
+from gqa_torch_mlir.testing.isolated import run_isolated, run_isolated_each
 
 C = GQAConfig
 I32_MAX = 2**31 - 1
@@ -183,16 +183,29 @@ SHAPE_MISMATCHES = [
 ]
 
 
-@pytest.mark.parametrize("name,cfg,mutate,message", SHAPE_MISMATCHES, ids=[m[0] for m in SHAPE_MISMATCHES])
-def test_run_time_shape_mismatch_fails_a_named_check(name, cfg, mutate, message, tmp_path):
+def mismatches_by_model() -> list:
+    """SHAPE_MISMATCHES grouped by the model they feed (in order): one child process compiles each once."""
+    groups: list = []
+    for m in SHAPE_MISMATCHES:
+        group = next((g for g in groups if g[0][1] is m[1]), None)
+        group.append(m) if group else groups.append([m])
+    return groups
+
+
+@pytest.mark.parametrize("group", mismatches_by_model(), ids=lambda g: "+".join(m[0] for m in g))
+def test_run_time_shape_mismatch_fails_a_named_check(group, tmp_path):
+    cfg = group[0][1]
     model = make_model(cfg)
-    feeds = make_inputs(cfg)
-    feeds.update(mutate(feeds))
-    with pytest.raises(Exception):  # onnxruntime rejects the same feeds
-        run_onnxruntime(model, feeds)
-    ours = run_isolated(model, feeds, tmp_path)
-    assert ours.error and ours.error[0] == "RuntimeInvocationError", ours.describe()
-    assert f"GroupQueryAttention: {message}" in ours.error[1], ours.describe()
+    fed = []
+    for name, _, mutate, _ in group:
+        feeds = make_inputs(cfg)
+        feeds.update(mutate(feeds))
+        with pytest.raises(Exception):  # onnxruntime rejects the same feeds
+            run_onnxruntime(model, feeds)
+        fed.append(feeds)
+    for (name, _, _, message), ours in zip(group, run_isolated_each(model, fed, tmp_path)):
+        assert ours.error and ours.error[0] == "RuntimeInvocationError", f"{name}: {ours.describe()}"
+        assert f"GroupQueryAttention: {message}" in ours.error[1], f"{name}: {ours.describe()}"
 
 
 @pytest.mark.parametrize("name", ["past_batch", "past_value_rows", "sin_cache_rows"])
@@ -286,12 +299,22 @@ def assert_same_as_onnxruntime(got: dict, want: dict, feeds: dict) -> None:
             np.testing.assert_allclose(got[name][b, :, : last + 1], want[name][b, :, : last + 1], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
-def check_empty_step(cfg, attention: str, empty: str, directory, backend: str = "refbackend") -> None:
+EMPTY_KINDS = ("batch", "sequence")
+
+
+def check_empty_steps(cfg, attention: str, directory, backend: str = "refbackend") -> None:
+    """An empty batch, then an empty sequence, fed to one compiled model (one child process);
+    onnxruntime runs each in a child of its own (an empty batch kills it today)."""
     model = make_model(cfg)
-    feeds = empty_feeds(cfg, model, empty)
-    ours = run_isolated(model, feeds, directory, backend=backend, attention=attention)
-    assert ours.returncode == 0, ours.describe()
-    theirs = run_isolated(model, feeds, directory, engine="onnxruntime")  # dies of SIGFPE on an empty batch today
+    feeds = {empty: empty_feeds(cfg, model, empty) for empty in EMPTY_KINDS}
+    ours = dict(zip(EMPTY_KINDS, run_isolated_each(model, [feeds[e] for e in EMPTY_KINDS], directory, backend=backend, attention=attention)))
+    for empty in EMPTY_KINDS:
+        theirs = run_isolated(model, feeds[empty], directory / empty, engine="onnxruntime")
+        check_empty_step(cfg, empty, feeds[empty], ours[empty], theirs)
+
+
+def check_empty_step(cfg, empty: str, feeds: dict, ours, theirs) -> None:
+    assert ours.returncode == 0, f"empty {empty}: {ours.describe()}"
     if empty == "sequence":  # onnxruntime refuses it too
         assert theirs.error, theirs.describe()
         assert ours.error and ours.error[0] == "RuntimeInvocationError" and EMPTY_SEQUENCE_REFUSAL in ours.error[1], ours.describe()
@@ -303,27 +326,28 @@ def check_empty_step(cfg, attention: str, empty: str, directory, backend: str = 
         assert_empty_batch(cfg, feeds, ours.results)
 
 
-@pytest.mark.parametrize("empty", ["batch", "sequence"])
 @pytest.mark.parametrize("name,cfg,attention", EMPTY_CASES, ids=[c[0] for c in EMPTY_CASES])
-def test_empty_batch_or_sequence_at_run_time(name, cfg, attention, empty, tmp_path):
+def test_empty_batch_or_sequence_at_run_time(name, cfg, attention, tmp_path):
     """Runs with runtime_verification: an out-of-bounds access of the empty buffers fails too."""
-    check_empty_step(cfg, attention, empty, tmp_path)
+    check_empty_steps(cfg, attention, tmp_path)
 
 
-@pytest.mark.parametrize("empty", ["batch", "sequence"])
 @pytest.mark.parametrize("attention", ["decomposed", "sdpa"])
-def test_empty_batch_or_sequence_on_iree(empty, attention, tmp_path):
-    check_empty_step(C(batch=2, seq=1, past=4, packed=True, dynamic=True), attention, empty, tmp_path, backend="iree-cpu")
+def test_empty_batch_or_sequence_on_iree(attention, tmp_path):
+    check_empty_steps(C(batch=2, seq=1, past=4, packed=True, dynamic=True), attention, tmp_path, backend="iree-cpu")
 
 
 def test_isolated_runs_report_a_crash(tmp_path):
     """Negative control of the helper above: onnxruntime's own SIGFPE on an empty batch is a result, not the end of pytest."""
     cfg = C(batch=2, seq=1, past=4, dynamic=True)
     model = make_model(cfg)
-    run = run_isolated(model, empty_feeds(cfg, model, "batch"), tmp_path, engine="onnxruntime")
+    good = make_inputs(cfg)
+    before, run, after = run_isolated_each(model, [good, empty_feeds(cfg, model, "batch"), good], tmp_path, engine="onnxruntime")
     if run.signal is None:
         pytest.skip(f"onnxruntime no longer crashes on an empty batch ({run.describe()})")
     assert run.signal == "SIGFPE" and run.results is None
+    assert before.results is not None and before.signal is None, before.describe()  # finished before the crash
+    assert after.signal == "SIGFPE" and after.results is None and after.error is None  # never ran
 
 
 # ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
     run.signal        # the signal that killed the child (SIGFPE, SIGABRT...), or None
     run.results       # outputs by name when the run succeeded, else None
     run.error         # (exception class name, message) when it raised, else None
+    runs = run_isolated_each(model, [feeds_a, feeds_b], tmp_path)   # one child, compiled once
 
 The model and feeds cross as files in ``directory``; the child
 (``python -m gqa_torch_mlir.testing.isolated``) loads them, runs, and writes
@@ -19,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -58,44 +59,103 @@ def run_isolated(
     runtime_verification: bool = True,
 ) -> IsolatedRun:
     """Run ``model`` on ``feeds`` with ``engine`` in a child process (``runtime_verification``: refbackend only)."""
+    return run_isolated_each(model, [feeds], directory, engine, backend, attention, runtime_verification)[0]
+
+
+def run_isolated_each(
+    model: onnx.ModelProto,
+    feeds_list: List[Dict[str, np.ndarray]],
+    directory,
+    engine: str = "gqa-torch-mlir",
+    backend: str = "refbackend",
+    attention: Optional[str] = None,
+    runtime_verification: bool = True,
+) -> List[IsolatedRun]:
+    """Run ``model`` on each of ``feeds_list`` in one child process, compiled once.
+
+    A crash ends the child: the runs it did not finish report it, those before it keep their results.
+    """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {name: directory / f"{engine}-{name}" for name in ("model.onnx", "feeds.npz", "results.npz", "error.json")}
-    onnx.save(model, str(paths["model.onnx"]))
-    np.savez(paths["feeds.npz"], **feeds)
-    for stale in (paths["results.npz"], paths["error.json"]):
-        stale.unlink(missing_ok=True)
+    model_path = directory / f"{engine}-model.onnx"
+    onnx.save(model, str(model_path))
+    runs = [_RunFiles(directory, engine, i) for i in range(len(feeds_list))]
+    for files, feeds in zip(runs, feeds_list):
+        files.clear()
+        np.savez(files.feeds, **feeds)
     options = json.dumps({"engine": engine, "backend": backend, "attention": attention, "runtime_verification": runtime_verification})
-    command = [sys.executable, "-m", __name__, options] + [str(paths[n]) for n in ("model.onnx", "feeds.npz", "results.npz", "error.json")]
+    command = [sys.executable, "-m", __name__, options, str(model_path), str(directory / engine), str(len(runs))]
     child = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S)
-    results = dict(np.load(paths["results.npz"])) if child.returncode == 0 and paths["results.npz"].exists() else None
-    error = tuple(json.loads(paths["error.json"].read_text())) if child.returncode == 0 and paths["error.json"].exists() else None
-    return IsolatedRun(child.returncode, child.stderr, results, error)
+    return [files.outcome(child) for files in runs]
 
 
-def _run(options: dict, model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+@dataclass
+class _RunFiles:
+    """The files of run ``index``: its feeds, and its results or the exception it raised."""
+
+    directory: Path
+    engine: str
+    index: int
+
+    def _path(self, kind: str) -> Path:
+        return self.directory / f"{self.engine}-{self.index}-{kind}"
+
+    @property
+    def feeds(self) -> Path:
+        return self._path("feeds.npz")
+
+    @property
+    def results(self) -> Path:
+        return self._path("results.npz")
+
+    @property
+    def error(self) -> Path:
+        return self._path("error.json")
+
+    def clear(self) -> None:
+        for stale in (self.results, self.error):
+            stale.unlink(missing_ok=True)
+
+    def outcome(self, child: subprocess.CompletedProcess) -> IsolatedRun:
+        if self.results.exists():
+            return IsolatedRun(0, child.stderr, dict(np.load(self.results)), None)
+        if self.error.exists():
+            return IsolatedRun(0, child.stderr, None, tuple(json.loads(self.error.read_text())))
+        return IsolatedRun(child.returncode or 1, child.stderr, None, None)  # the child ended before this run
+
+
+def _session(options: dict, model: onnx.ModelProto):
+    """A callable running the model on feeds (compiled once)."""
     if options["engine"] == "onnxruntime":
         from .gqa_onnx import run_onnxruntime
 
-        return run_onnxruntime(model, feeds)
+        return lambda feeds: run_onnxruntime(model, feeds)
     from ..session import InferenceSession
 
     verify = options["runtime_verification"] and options["backend"] == "refbackend"
     session = InferenceSession(model, backend=options["backend"], attention=options["attention"], runtime_verification=verify)
-    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    return lambda feeds: dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
 def main(argv=None) -> None:
-    options_json, model_path, feeds_path, results_path, error_path = (argv or sys.argv[1:])
-    model, feeds = onnx.load(model_path), dict(np.load(feeds_path))
+    options_json, model_path, prefix, count = (argv or sys.argv[1:])
+    directory, engine = Path(prefix).parent, Path(prefix).name
+    runs = [_RunFiles(directory, engine, i) for i in range(int(count))]
     try:
-        results = _run(json.loads(options_json), model, feeds)
+        run = _session(json.loads(options_json), onnx.load(model_path))
     except Exception as exc:  # noqa: BLE001  reported to the parent, which decides
-        Path(error_path).write_text(json.dumps([type(exc).__name__, str(exc)]))
+        for files in runs:
+            files.error.write_text(json.dumps([type(exc).__name__, str(exc)]))
         return
-    np.savez(results_path, **results)
+    for files in runs:
+        try:
+            results = run(dict(np.load(files.feeds)))
+        except Exception as exc:  # noqa: BLE001
+            files.error.write_text(json.dumps([type(exc).__name__, str(exc)]))
+            continue
+        np.savez(files.results, **results)
 
 
 if __name__ == "__main__":
