@@ -496,10 +496,13 @@ class TorchBuilder:
     def add_float(self, t: Tensor, scalar: float) -> Tensor:
         return self.tensor_op("torch.aten.add.Scalar", [t.value, self.float(scalar), self.int(1)], t.shape, t.dtype)
 
-    def remainder_scalar(self, t: Tensor, divisor: int) -> Tensor:
-        return self.tensor_op("torch.aten.remainder.Scalar", [t.value, self.int(divisor)], t.shape, t.dtype)
+    def remainder_scalar(self, t: Tensor, divisor: Dim) -> Tensor:
+        """``t mod divisor`` (Python's sign: in ``[0, divisor)`` for a positive divisor)."""
+        return self.tensor_op("torch.aten.remainder.Scalar", [t.value, self.dim_value(divisor)], t.shape, t.dtype)
 
     def floor_divide_scalar(self, t: Tensor, divisor: Dim) -> Tensor:
+        """``t // divisor`` for small integers only: IREE lowers an integer division through f32,
+        wrong once ``|t|`` passes 2^24 (use ``remainder_scalar``, exact, where values can be large)."""
         return self.tensor_op("torch.aten.floor_divide.Scalar", [t.value, self.dim_value(divisor)], t.shape, t.dtype)
 
     def clamp_int(self, t: Tensor, low: Dim, high: Dim) -> Tensor:

@@ -438,6 +438,19 @@ def test_window_cache_rows_outside_the_window_may_hold_nan(attention, backend):
 
 
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("seq,past_len", [(1, 100_000_001), (3, 10**9 - 3)])
+def test_window_cache_far_past_2_to_the_24(seq, past_len, backend):
+    """A window cache's eviction arithmetic on lengths far past 2^24: IREE lowers an integer
+    division through f32, which put the wrong rows in the present with no error."""
+    cfg = C(batch=1, seq=seq, past=6, past_lens=(past_len,), window=4, window_cache=True)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    want = run_onnxruntime(model, feeds)
+    session = InferenceSession(model, backend=backend, threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, want, feeds)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_token_ids_outside_the_vocabulary_fail_a_named_check(backend):
     """The embedded decoder's embedding Gather: torch-mlir's lowering trusts its indices (a
     token id past the vocabulary read garbage, or segfaulted); onnxruntime rejects them.

@@ -44,11 +44,14 @@ class WindowPlan:
 
 
 def resident_rows(tb: TorchBuilder, tokens_B: Tensor, C: Dim, W: int) -> Tensor:
-    """L(T) per batch row, si64 [B]."""
+    """L(T) per batch row, si64 [B].
+
+    Past the capacity, ``L(T) = C - G + 1 + ((T - C - 1) mod G)``, the closed form above without
+    a division: IREE lowers an integer division through f32 (wrong past 2^24), ``remsi`` is exact.
+    """
     G = tb.dim_max(tb.dim_add(tb.dim_sub(C, W), 1), 1)  # C - W + 1 (>= 1: a capacity below W fails a run-time check)
-    over_B = tb.add_scalar(tokens_B, tb.dim_sub(0, C))  # T - C
-    blocks_B = tb.floor_divide_scalar(tb.add_scalar(over_B, tb.dim_sub(G, 1)), G)  # ceil((T - C) / G)
-    evicted_B = tb.sub(tokens_B, tb.mul_int_scalar(blocks_B, G))  # T - G * ceil(...)
+    behind_B = tb.remainder_scalar(tb.add_scalar(tokens_B, tb.dim_sub(-1, C)), G)  # (T - C - 1) mod G, in [0, G)
+    evicted_B = tb.add_scalar(behind_B, tb.dim_add(tb.dim_sub(C, G), 1))  # L(T) for T > C
     return tb.where(tb.le_scalar(tokens_B, C), tokens_B, evicted_B)
 
 
