@@ -421,20 +421,48 @@ def test_rows_a_batch_row_does_not_read_may_hold_nan(name, cfg, attrs, attention
     assert not compare(cfg, got, want, feeds)
 
 
+# A window-sized buffer (capacity C, window W, Tp tokens before a step of S): when the new
+# buffer holds every key the step's queries see, onnxruntime's P.V spans the new buffer's rows,
+# else every staged row; either may start before the windows (then a NaN value there reaches
+# every query of the step, 0 * NaN), and rows before it are never read.
+WINDOW_SPANS = [
+    ("full_decode_window_start", C(batch=1, seq=1, past=4, past_lens=(8,), window=3, window_cache=True)),
+    ("filling_decode_reads_behind", C(batch=1, seq=1, past=4, past_lens=(5,), window=2, window_cache=True)),
+    ("full_chunk_covered", C(batch=1, seq=2, past=4, past_lens=(4,), window=3, window_cache=True)),
+    ("full_chunk_reads_all_staged", C(batch=1, seq=3, past=4, past_lens=(8,), window=3, window_cache=True)),
+    ("filling_chunk_evicts", C(batch=1, seq=2, past=5, past_lens=(5,), window=4, window_cache=True)),
+    ("ragged_batch_decode", C(batch=2, seq=1, past=6, past_lens=(9, 3), window=4, window_cache=True, dynamic=True)),
+]
+
+
+def window_first_key(cfg, b: int) -> int:
+    """The lowest absolute position any query of batch row b's step sees."""
+    return cfg.past_lens[b] + 1 - cfg.window
+
+
 @pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("decomposed", "iree-cpu"), ("sdpa", "iree-cpu")])
-def test_window_cache_rows_outside_the_window_may_hold_nan(attention, backend):
-    """A window-sized buffer keeps rows its queries' window has left behind: onnxruntime never
-    reads them (its P.V spans the window), so a NaN there reached ours only, as 0 * NaN.
-    (Over a growing or fixed cache onnxruntime's P.V spans every row up to seqlens_k: a NaN
-    before the window reaches its output too, and ours; test_nan_reaches_only_the_heads_that_read_it.)"""
-    cfg = C(batch=1, seq=1, past=4, past_lens=(8,), window=3, window_cache=True)
-    model, feeds = make_model(cfg), make_inputs(cfg)
-    feeds["past_value"][0, 0, 0, 6] = np.nan  # buffer row 0 holds position 4; the query sees positions 6..8
-    want = run_onnxruntime(model, feeds)
-    assert np.isfinite(want["output"]).all()
+@pytest.mark.parametrize("name,cfg", WINDOW_SPANS, ids=[w[0] for w in WINDOW_SPANS])
+def test_window_cache_nan_reaches_what_onnxruntime_reads(name, cfg, attention, backend):
+    """One resident row at a time holds a NaN value (every row) or key (rows before every
+    window): the output's NaN pattern and its finite values are onnxruntime's."""
+    model, base = make_model(cfg), make_inputs(cfg)
+    poisoned = []
+    for b in range(cfg.batch):
+        resident = window_resident(cfg.past_lens[b], cfg.past, cfg.window)
+        behind = window_first_key(cfg, b) - (cfg.past_lens[b] - resident)  # rows before every window
+        poisoned += [(b, "past_value", r) for r in range(resident)] + [(b, "past_key", r) for r in range(behind)]
     session = InferenceSession(model, backend=backend, threads=1, attention=attention)
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    np.testing.assert_allclose(got["output"], want["output"], atol=1e-4, rtol=1e-4)
+    names = [o.name for o in session.get_outputs()]
+    reached = 0
+    for b, which, r in poisoned:
+        feeds = {k: v.copy() for k, v in base.items()}
+        feeds[which][b, 1, r, 3] = np.nan
+        want = run_onnxruntime(model, feeds)
+        got = dict(zip(names, session.run(None, feeds)))
+        np.testing.assert_array_equal(np.isnan(got["output"]), np.isnan(want["output"]), err_msg=f"{which} row {r} of batch row {b}")
+        np.testing.assert_allclose(got["output"], want["output"], rtol=1e-4, atol=1e-4, equal_nan=True)
+        reached += bool(np.isnan(want["output"]).any())
+    assert 0 < reached < len(poisoned)  # some poisoned rows are read, some are not
 
 
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])

@@ -36,6 +36,17 @@ class WindowPlan:
     write_index_BHkvSDc: Tensor  # new token s of row b -> staged row L(Tp) + s
     keep_index_BHkvCDc: Tensor  # present row j <- staged row T - L(T) - base + j (clamped in bounds)
     key_abs_B1X: Tensor  # si64: absolute position of each staged row
+    staged_first_B: Tensor  # si64: absolute position of staged row 0, Tp - L(Tp)
+    kept_first_B: Tensor  # si64: absolute position of the new buffer's row 0, T - L(T)
+
+    def values_read_from(self, tb: TorchBuilder, window_first_B1: Tensor) -> Tensor:
+        """si64 [B,1]: the first position onnxruntime's P.V reads, given the lowest first key of the
+        step's queries' windows.  When the new buffer holds every key the step's queries see, its
+        P.V spans the new buffer's rows [T - L(T), T), else every staged row [Tp - L(Tp), T).
+        Either may start before the windows: a NaN value there reaches all of the step's queries.
+        """
+        kept_B1, staged_B1 = tb.unsqueeze(self.kept_first_B, 1), tb.unsqueeze(self.staged_first_B, 1)
+        return tb.where(tb.le(kept_B1, window_first_B1), kept_B1, staged_B1)  # [B,1]
 
     def apply(self, tb: TorchBuilder, past_BHkvCDc: Tensor, new_BHkvSDc: Tensor):
         """(staged rows X [B,Hkv,C+S,Dc] for attention, the new buffer [B,Hkv,C,Dc])."""
@@ -66,13 +77,16 @@ def plan_window(tb: TorchBuilder, past_BHkvCDc: Tensor, past_len_B: Tensor, seql
     write_row_BS = tb.clamp_int(write_row_BS, 0, tb.dim_sub(X, 1))  # in bounds whatever the lengths hold
     base_B = tb.sub(past_len_B, resident_before_B)  # absolute position of staged row 0: Tp - L(Tp)
     key_abs_BX = tb.add(tb.unsqueeze(base_B, 1), tb.arange(X))  # base + r: [B,X]
-    first_kept_B = tb.sub(tb.sub(tokens_B, resident_rows(tb, tokens_B, C, W)), base_B)  # T - L(T) - base
-    keep_row_BC = tb.clamp_int(tb.add(tb.unsqueeze(first_kept_B, 1), tb.arange(C)), 0, tb.dim_sub(X, 1))  # [B,C]
+    kept_first_B = tb.sub(tokens_B, resident_rows(tb, tokens_B, C, W))  # T - L(T)
+    first_kept_row_B = tb.sub(kept_first_B, base_B)  # T - L(T) - base
+    keep_row_BC = tb.clamp_int(tb.add(tb.unsqueeze(first_kept_row_B, 1), tb.arange(C)), 0, tb.dim_sub(X, 1))  # [B,C]
     return WindowPlan(
         S=S,
         write_index_BHkvSDc=_rows_to_index(tb, write_row_BS, Hkv, Dc),
         keep_index_BHkvCDc=_rows_to_index(tb, keep_row_BC, Hkv, Dc),
         key_abs_B1X=tb.unsqueeze(key_abs_BX, 1),
+        staged_first_B=base_B,
+        kept_first_B=kept_first_B,
     )
 
 

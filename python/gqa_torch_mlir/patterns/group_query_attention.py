@@ -39,7 +39,7 @@ from ..binder import OpBinder
 from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ..registry import Refusal, onnx_op
 from .gqa_cache import CacheCodec
-from .gqa_window import plan_window
+from .gqa_window import WindowPlan, plan_window
 from .gqa_support import OUTPUTS, GqaAttributes, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
@@ -86,6 +86,7 @@ class CacheStep:
     read_key: Tensor  # [B,Hkv,R,Dc]: the present rows (R <= T), or a window cache's staged rows
     read_value: Tensor
     key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
+    window: Optional[WindowPlan] = None  # a window cache's plan
 
 
 @onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
@@ -113,11 +114,12 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         bias = window_bias(tb, ins, step, cache.key_pos)
     else:
         bias = padded_bias(tb, ins, step, cache.present_key)
-    read_B1R = read_rows(tb, step, cache.key_pos, attrs)
+    keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R)
+        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
     else:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
-        key_BHkvRDh, value_BHkvRDh = (zero_unread_rows(tb, read_B1R, x) for x in (key_BHkvRDh, value_BHkvRDh))
+        key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
+        value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
         attn_BHSDh, qk_BHSTt = sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
@@ -132,7 +134,7 @@ def window_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> Ca
     plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
     read_key_BHkvXDc, present_key_BHkvCDc = plan.apply(tb, past_key, key_BHkvSDc)
     read_value_BHkvXDc, present_value_BHkvCDc = plan.apply(tb, past_value, value_BHkvSDc)
-    return CacheStep(present_key_BHkvCDc, present_value_BHkvCDc, read_key_BHkvXDc, read_value_BHkvXDc, plan.key_abs_B1X)
+    return CacheStep(present_key_BHkvCDc, present_value_BHkvCDc, read_key_BHkvXDc, read_value_BHkvXDc, plan.key_abs_B1X, plan)
 
 
 def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
@@ -605,23 +607,29 @@ def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
     return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
 
 
-def read_rows(tb: TorchBuilder, step: Step, key_pos: Tensor, attrs: GqaAttributes) -> Tensor:
-    """i1 [B,1,T]: the rows batch row b reads, positions <= seqlens_k[b] and, in a window
-    cache (W = local_window_size), >= the lowest first key of its queries, min_s(hi) + 1 - W.
+def read_rows(tb: TorchBuilder, step: Step, cache: CacheStep, attrs: GqaAttributes):
+    """i1 [B,1,T] twice: the key rows and the value rows onnxruntime reads for batch row b.
 
-    onnxruntime's P.V for row b spans exactly these; ours span all T rows with
-    probability 0 past them, and 0 * NaN is NaN: a NaN in a row b never reads
-    (a shorter row of a ragged batch, a shared buffer's unused rows, a row the
-    window left behind) must not reach b's output.  ``key_pos``: [T], or per
-    batch row [B,1,T] (window cache).
+    Both are positions <= seqlens_k[b].  In a window cache (W =
+    local_window_size) the keys are also >= the lowest first key of the
+    step's windows, min_s(hi) + 1 - W, and the values start where
+    onnxruntime's P.V does (``WindowPlan.values_read_from``).  Ours span all T
+    rows with probability 0 past them, and 0 * NaN is NaN: a NaN in a row b
+    never reads (a shorter row of a ragged batch, a shared buffer's unused
+    rows, a row the window left behind) must not reach b's output.
+    ``cache.key_pos``: [T], or per batch row [B,1,T] (window cache).
     """
+    key_pos = cache.key_pos
     last_B11 = tb.unsqueeze(tb.unsqueeze(step.seqlens_B, 1), 2)  # [B] -> [B,1,1]
     read_B1T = tb.le(key_pos, last_B11)  # [T] or [B,1,T] <= [B,1,1] -> [B,1,T]
-    if attrs.window_cache:  # onnxruntime's P.V over a growing or fixed cache spans every row up to seqlens_k
-        hi_BS = tb.minimum(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))  # [B,S]
-        first_B11 = tb.add_scalar(tb.unsqueeze(tb.amin(hi_BS, 1), 2), 1 - attrs.local_window_size)  # [B,S] -> [B,1] -> [B,1,1]
-        read_B1T = tb.logical_and(read_B1T, tb.ge(key_pos, first_B11))
-    return read_B1T
+    if cache.window is None:  # onnxruntime's P.V over a growing or fixed cache spans every row up to seqlens_k
+        return read_B1T, read_B1T
+    hi_BS = tb.minimum(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))  # [B,S]
+    window_first_B1 = tb.add_scalar(tb.amin(hi_BS, 1), 1 - attrs.local_window_size)  # [B,S] -> [B,1]
+    values_first_B1 = cache.window.values_read_from(tb, window_first_B1)  # [B,1]
+    keys_B1T = tb.logical_and(read_B1T, tb.ge(key_pos, tb.unsqueeze(window_first_B1, 2)))  # vs [B,1,1]
+    values_B1T = tb.logical_and(read_B1T, tb.ge(key_pos, tb.unsqueeze(values_first_B1, 2)))
+    return keys_B1T, values_B1T
 
 
 def reads_a_prefix(attrs: GqaAttributes) -> bool:
