@@ -1,0 +1,77 @@
+"""ONNX Reshape with a run-time shape (patterns/reshape.py) against onnxruntime.
+
+torch-mlir's own lowering divided the element count by the product of the
+target dims at run time: an empty input or a 0 in the shape died of SIGFPE.
+Every feed here runs in a child process (a crash fails the test, not
+pytest), compiled once per model and backend; hostile shapes (huge, negative,
+several -1, products that overflow int64) must be refused by a named check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from gqa_torch_mlir.testing.isolated import run_isolated_each
+
+BIG = 2**40
+
+# (data shape, target shape) per model: (allowzero, data rank, target rank).
+FEEDS = {
+    (0, 2, 2): [
+        ((0, 64), [0, -1]), ((0, 64), [-1, 0]), ((2, 64), [0, -1]), ((0, 64), [4, -1]), ((2, 64), [-1, 0]),
+        ((0, 64), [-1, 64]), ((3, 64), [-1, 2]), ((3, 64), [4, 48]), ((3, 64), [5, -1]), ((3, 64), [4, 47]),
+        ((3, 64), [-1, -1]), ((3, 64), [-2, 96]), ((3, 64), [BIG, BIG]), ((3, 64), [2**62, -1]), ((0, 64), [BIG, BIG]),
+        ((2**16, 64), [2**32, 2**32]),  # a product that wraps int64 to 0 must not pass for an element count
+    ],
+    (1, 2, 2): [
+        ((0, 64), [0, 64]), ((0, 64), [0, BIG]), ((2, 64), [0, -1]), ((3, 64), [0, 192]), ((0, 64), [4, -1]),
+        ((3, 64), [2, 96]),
+    ],
+    (0, 3, 3): [
+        ((0, 3, 64), [0, 0, -1]), ((2, 0, 64), [0, 0, -1]), ((2, 3, 64), [0, 0, -1]), ((2, 3, 64), [0, -1, 8]),
+        ((2, 3, 64), [3, 2, -1]),
+    ],
+    (0, 2, 3): [((2, 64), [0, 0, 0]), ((2, 64), [0, 8, 8]), ((0, 64), [0, 8, 8])],
+}
+
+# The ONNX spec forbids a 0 next to a -1 with allowzero = 1; onnxruntime's kernel still
+# computes a shape for an empty input (its graph-level check refuses a constant one). Refused here.
+SPEC_INVALID = {(1, 2, 2): [((0, 64), [0, -1]), ((0, 64), [-1, 0])]}
+
+
+def reshape_model(allowzero: int, data_rank: int, target_rank: int):
+    data_dims = ["d%d" % i for i in range(data_rank)]
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["X", "shape"], ["Y"], allowzero=allowzero)],
+        "reshape",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, data_dims), helper.make_tensor_value_info("shape", TensorProto.INT64, [target_rank])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["y%d" % i for i in range(target_rank)])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("key", sorted(FEEDS), ids=lambda k: "allowzero%d-rank%d-to-%d" % k)
+def test_runtime_shape_reshape(key, backend, tmp_path):
+    cases = FEEDS[key] + SPEC_INVALID.get(key, [])
+    model = reshape_model(*key)
+    rng = np.random.default_rng(0)
+    feeds = [{"X": rng.standard_normal(x).astype(np.float32), "shape": np.array(shape, np.int64)} for x, shape in cases]
+    ours = run_isolated_each(model, feeds, tmp_path / "ours", backend=backend)
+    theirs = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")
+    refusals = 0
+    for (x, shape), got, want in zip(cases, ours, theirs):
+        case = f"data {x}, shape {shape}"
+        assert got.signal is None, f"{case}: {got.describe()}"
+        spec_invalid = (x, shape) in SPEC_INVALID.get(key, [])
+        if want.results is not None and not spec_invalid:
+            assert got.results is not None, f"{case}: onnxruntime computes it, ours: {got.describe()}"
+            assert got.results["Y"].shape == want.results["Y"].shape, case
+            np.testing.assert_array_equal(got.results["Y"], want.results["Y"], err_msg=case)
+        else:
+            assert got.results is None and got.error is not None, f"{case}: onnxruntime refuses it, ours: {got.describe()}"
+            assert "gqa-torch-mlir: Reshape: " in got.error[1], f"{case}: {got.describe()}"
+            refusals += 1
+    assert 0 < refusals < len(cases)
