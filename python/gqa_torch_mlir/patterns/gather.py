@@ -14,24 +14,17 @@ from __future__ import annotations
 from ..binder import OpBinder
 from ..builder import TorchBuilder
 from ..registry import NOT_LOWERED, onnx_op
-
-INDEX_DTYPES = ("si64", "si32")
+from ._indices import checked_in_range, rebuild, runtime_indices
 
 
 @onnx_op("Gather", domain="", since=1)
 def check_gather_indices(b: OpBinder, tb: TorchBuilder):
-    if b.num_input_slots() != 2 or b.input_is_constant(1):
+    if b.num_input_slots() != 2:
         return NOT_LOWERED
-    data, indices = b.tensor(0, "data"), b.tensor(1, "indices")
+    data, indices = b.tensor(0, "data"), runtime_indices(b, 1)
     axis = b.attr_int("axis", 0)
-    if data is None or indices is None or indices.dtype not in INDEX_DTYPES or not -data.rank <= axis < data.rank:
+    if data is None or indices is None or not -data.rank <= axis < data.rank:
         return NOT_LOWERED  # torch-mlir's conversion says what is wrong
     n = tb.size(data, axis % data.rank)
-    tb.runtime_check(
-        tb.in_range(indices, tb.dim_sub(0, n), tb.dim_sub(n, 1)),
-        f"Gather: indices must lie in [-n, n), n = data dimension {axis} (onnxruntime rejects them otherwise)",
-    )
-    clamped = tb.clamp_int(indices, tb.dim_sub(0, n), tb.dim_sub(n, 1))  # in bounds whatever the check says
-    attributes = {key: b.op.attributes[key] for key in b.attribute_keys()}
-    results = [str(r.type) for r in b.op.results]
-    return list(tb.op("torch.operator", [data.value, clamped.value], results, attributes))
+    message = f"Gather: indices must lie in [-n, n), n = data dimension {axis} (onnxruntime rejects them otherwise)"
+    return rebuild(b, tb, [data, checked_in_range(tb, indices, n, message)])
