@@ -621,6 +621,9 @@ class TorchBuilder:
         """``t >= scalar`` (an int or a !torch.int value) as i1."""
         return self.tensor_op("torch.aten.ge.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
 
+    def reciprocal(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.reciprocal", [t.value], t.shape, t.dtype)
+
     def bitwise_and_scalar(self, t: Tensor, mask: int) -> Tensor:
         """``t & mask`` on an integer tensor."""
         return self.tensor_op("torch.aten.bitwise_and.Scalar", [t.value, self.int(mask)], t.shape, t.dtype)

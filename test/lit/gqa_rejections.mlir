@@ -156,7 +156,7 @@ func.func @sliding_window_cache(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vte
 // -----
 
 // qk_output=1 needs the fourth output.
-// CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: attribute 'qk_output': qk_output=1 needs output 3 'output_qk', which the node does not have
+// CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: attribute 'qk_output': qk_output=1 needs output 3 'output_qk', which the node does not name (onnxruntime rejects the model)
 func.func @qk_output_without_output(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64, torch.onnx.qk_output = 1 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)

@@ -55,6 +55,7 @@ HOSTILE = [
     ("seqlens_too_small_for_step", C(batch=1, seq=3, past=4), {"seqlens_k": np.array([1], np.int32)}, "the new tokens must fit the cache"),
     ("position_ids_out_of_cos_cache", C(batch=1, seq=3, past=4, rotary=True, position_ids=True), {"position_ids": np.array([[0, 10**9, -3]], np.int64)}, "rotary positions"),
     ("query_seqlens_out_of_range", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1)), {"query_seqlens": np.array([7, -1], np.int32)}, "query_seqlens[b] must lie in"),
+    ("window_cache_first_prompt_short_seqlens", C(batch=1, seq=3, past=4, past_lens=(0,), window=3, window_cache=True), {"seqlens_k": np.array([1], np.int32)}, "seqlens_k[b] + 1 >= the step's new tokens"),
     ("window_cache_negative_seqlens", C(batch=1, seq=1, past=6, past_lens=(9,), window=4, window_cache=True), {"seqlens_k": np.array([-3], np.int32)}, "seqlens_k[b] must be >= 0"),
     ("window_cache_capacity_below_window", WINDOW_DYNAMIC, caches_cut_to(WINDOW_DYNAMIC, 3), "the cache capacity (past_key dimension 2) must be at least local_window_size"),
     ("window_cache_huge_seqlens", C(batch=1, seq=1, past=6, past_lens=(9,), window=4, window_cache=True, rotary=True, rotary_cache_len=12), {"seqlens_k": np.array([10**6], np.int32)}, "rotary positions"),
@@ -520,3 +521,65 @@ def test_several_tokens_after_a_past_need_batch_1():
         session.run(None, batch2)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     assert not compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+
+
+QUANT_SMALL = dict(batch=1, seq=1, past=3, num_heads=2, kv_num_heads=1, head_size=8)
+
+
+def _session_outputs(model, feeds, backend):
+    session = InferenceSession(model, backend=backend, threads=1)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_codes_round_as_onnxruntime(bits, backend):
+    """Codes are rint(x * (1 / scale)), as onnxruntime computes them: rint(x / scale) differs by
+    one code for values within an ulp of a tie (found by searching such values)."""
+    scale = np.float32(0.7) if bits == 8 else np.float32(0.0110)
+    limit = 127 if bits == 8 else 7
+    ties = [np.float32((k + 0.5) * scale) for k in range(-limit, limit)]
+    ties = [x for x in ties if np.rint(x / scale) != np.rint(x * (np.float32(1) / scale))]
+    assert len(ties) >= 2, "no value whose two roundings differ"
+    cfg = C(kv_bits=bits, **QUANT_SMALL)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=1)
+    for name in ("key", "value"):
+        feeds[name][0, 0, : len(ties[:8])] = ties[:8]
+    feeds["k_scale"], feeds["v_scale"] = np.array([scale], np.float32), np.array([scale], np.float32)
+    want, got = run_onnxruntime(model, feeds), _session_outputs(model, feeds, backend)
+    for name in ("present_key", "present_value"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("which", ["k_scale", "v_scale"])
+@pytest.mark.parametrize("scale", [np.inf, -np.inf, 3e38])
+def test_int8_per_tensor_huge_scale_gives_onnxruntime_infinities(scale, which, backend):
+    """onnxruntime multiplies the int8 PER_TENSOR scale into Q.K^T and P.V of the codes: an
+    infinite scale next to a stored code of 0 gives +-inf there, not 0 * inf = NaN."""
+    cfg = C(kv_bits=8, **QUANT_SMALL)
+    model, feeds = make_model(cfg, {"qk_output": 1}), make_inputs(cfg, seed=11)
+    feeds["past_key"][0, 0, 0, 0] = feeds["past_value"][0, 0, 0, 0] = 0
+    feeds[which] = np.full_like(feeds[which], scale)
+    want, got = run_onnxruntime(model, feeds), _session_outputs(model, feeds, backend)
+    for name in ("output", "output_qk"):
+        for test in (np.isnan, np.isposinf, np.isneginf):
+            np.testing.assert_array_equal(test(got[name]), test(want[name]), err_msg=f"{name} {test.__name__}")
+
+
+@pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("decomposed", "iree-cpu")])
+@pytest.mark.parametrize("cfg,attrs", [(C(batch=1, seq=1, past=5, num_heads=2, kv_num_heads=1, head_size=8), {"local_window_size": 2}),
+                                       (C(batch=1, seq=3, past=2, num_heads=2, kv_num_heads=1, head_size=8), {})],
+                         ids=["window_decode", "causal_chunk"])
+def test_output_qk_probabilities_keep_zeros_in_masked_columns(cfg, attrs, attention, backend):
+    """qk_output=2 after a NaN query row: onnxruntime's probabilities are NaN where the row
+    looks and 0 in the columns its mask hides; ours too (they were NaN everywhere)."""
+    model, feeds = make_model(cfg, {"qk_output": 2, **attrs}), make_inputs(cfg, seed=3)
+    feeds["query"][0, :, 0:8] = np.nan  # query head 0
+    want = run_onnxruntime(model, feeds)
+    session = InferenceSession(model, backend=backend, threads=1, attention=attention)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert (want["output_qk"] == 0).any() and np.isnan(want["output_qk"]).any()
+    np.testing.assert_array_equal(np.isnan(got["output_qk"]), np.isnan(want["output_qk"]))
+    np.testing.assert_array_equal(got["output_qk"] == 0, want["output_qk"] == 0)
+    np.testing.assert_allclose(got["output_qk"], want["output_qk"], rtol=1e-5, atol=1e-6, equal_nan=True)

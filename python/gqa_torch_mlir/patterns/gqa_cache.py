@@ -5,14 +5,18 @@ CPU kernel keeps the cache quantized with the scales ``k_scale``/``v_scale``
 (``[1]`` or ``[1,Hkv,1,Dh]``):
 
 * ``kv_cache_bit_width = 8``: int8 cache ``[B,Hkv,T,Dh]``,
-  ``q = clamp(round_half_even(x / scale), -128, 127)``, read back as ``q * scale``;
+  ``q = clamp(round_half_even(x * (1 / scale)), -128, 127)``, read back as ``q * scale``;
   as onnxruntime does, a NaN stores the top code and a zero scale quantizes as 1.
 * ``kv_cache_bit_width = 4``: uint8 cache ``[B,Hkv,T,Dh/2]``,
-  ``q = clamp(round_half_even(x / scale), -8, 7)`` stored as ``q + 8`` nibbles,
+  ``q = clamp(round_half_even(x * (1 / scale)), -8, 7)`` stored as ``q + 8`` nibbles,
   element 2i in the low nibble of byte i and element 2i+1 in the high one.
 
 New K/V rows are quantized before they are written, and attention reads every
-row, new ones included, dequantized (checked against onnxruntime 1.32).
+row, new ones included, dequantized (checked against onnxruntime 1.32): a
+PER_CHANNEL or 4-bit cache as ``q * scale``; with an int8 PER_TENSOR cache the
+scale multiplies ``Q.K^T`` and ``P.V`` of the codes instead, as onnxruntime
+applies it there (the same numbers, but an infinite or huge scale gives
+onnxruntime's infinities, not ``0 * inf``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class CacheCodec:
     bits: int  # 0: the cache holds the attention dtype; 8 or 4: quantized
     k_scale: Optional[Tensor] = None
     v_scale: Optional[Tensor] = None
+    per_tensor: bool = False  # int8 PER_TENSOR: the scale multiplies Q.K^T and P.V, as onnxruntime applies it
 
     @property
     def quantized(self) -> bool:
@@ -47,7 +52,7 @@ class CacheCodec:
         limit = 127 if self.bits == 8 else 7
         scale = _broadcastable(tb, self.scale(which))
         scale = tb.where_scalar_else(tb.eq_scalar(scale, 0.0), 1.0, scale)  # onnxruntime quantizes with 1 then
-        q = tb.div(tb.to_dtype(x_BHkvSDh, "f32"), scale)
+        q = tb.mul(tb.to_dtype(x_BHkvSDh, "f32"), tb.reciprocal(scale))  # x * (1 / scale), rounded as onnxruntime's
         q = tb.where_scalar_else(tb.isnan(q), float(limit), q)  # NaN: onnxruntime's top code (a NaN cast is undefined)
         q = tb.clamp(tb.round(q), -limit - 1.0, float(limit))  # integers in f32
         if self.bits == 8:
@@ -73,7 +78,14 @@ class CacheCodec:
             high = tb.add_scalar(tb.floor_divide_scalar(bytes_, 16), -8)  # element 2i+1
             pairs = tb.cat([tb.unsqueeze(low, 4), tb.unsqueeze(high, 4)], 4)  # [B,Hkv,T,Dh/2,2]
             ints = tb.to_dtype(tb.flatten(pairs, 3, 4), "f32")  # -> [B,Hkv,T,Dh]
+        if self.per_tensor:
+            return ints  # scaled after the matmul (factor)
         return tb.mul(ints, _broadcastable(tb, self.scale(which)))
+
+    def factor(self, tb: TorchBuilder, which: str) -> Optional[Tensor]:
+        """f32 [1]: the PER_TENSOR scale that multiplies the matmul of decoded codes (onnxruntime
+        scales the integer dot product, so a code of 0 never meets an infinite scale), else None."""
+        return _broadcastable(tb, self.scale(which)) if self.quantized and self.per_tensor else None
 
 
 def _broadcastable(tb: TorchBuilder, scale: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 from ..binder import OpBinder
 from ..registry import Refusal
@@ -98,7 +98,7 @@ INPUTS: List[InputRule] = [
     InputRule(9, "position_ids", True, "int64 [B,W,...], W >= S: rotary positions, entry b*S+s of the flattened tensor (as onnxruntime; a first prompt uses entry 0 + s); shape checked whenever given"),
     InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
     InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
-    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache; ignored without one (as onnxruntime)"),
+    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache; without one its values are ignored (as onnxruntime), its type checked"),
     InputRule(13, "v_scale", True, "like k_scale"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
@@ -280,9 +280,12 @@ def _check_bias_columns(b: OpBinder, t: dict):
 def _check_outputs(b: OpBinder, attrs: GqaAttributes):
     if b.num_results > len(OUTPUTS):
         raise Refusal(f"is not an output of GroupQueryAttention: the node has {b.num_results} outputs; GroupQueryAttention defines {len(OUTPUTS)} ({', '.join(OUTPUTS)})", f"output {len(OUTPUTS)}")
-    if attrs.qk_output and b.num_results < 4:
-        raise Refusal(f"qk_output={attrs.qk_output} needs output 3 'output_qk', which the node does not have", "attribute 'qk_output'")
-    if not attrs.qk_output and b.num_results == 4:
+    if b.num_results == 0:
+        raise Refusal("is required, but the node has no outputs (onnxruntime rejects the model)", "output 0 'output'")
+    qk_requested = b.num_results == 4 and b.result_type_text(3) != "!torch.none"  # an empty name is no request
+    if attrs.qk_output and not qk_requested:
+        raise Refusal(f"qk_output={attrs.qk_output} needs output 3 'output_qk', which the node does not name (onnxruntime rejects the model)", "attribute 'qk_output'")
+    if not attrs.qk_output and qk_requested:
         raise Refusal("is requested but qk_output is 0 (onnxruntime leaves it uninitialized)", "output 3 'output_qk'")
     # An output with an empty name imports as a !torch.none result (with no use).
     if b.num_results and b.result_type_text(0) == "!torch.none" and not b.result_is_used(0):
@@ -319,8 +322,11 @@ def _head_size(t: dict, attrs: GqaAttributes) -> int:
     head_size = hidden // heads_in_query
     rotary_caches = t["cos_cache"] is not None or t["sin_cache"] is not None
     multiple = 16 if attrs.do_rotary or rotary_caches else 8
+    why = " with do_rotary" if attrs.do_rotary else " when cos_cache/sin_cache are given" if rotary_caches else ""
+    window_quant = (16 if attrs.kv_bits == 8 else 32) if attrs.window_cache and attrs.kv_bits else 0
+    if window_quant > multiple:  # onnxruntime's window-cache kernels for quantized caches
+        multiple, why = window_quant, f" with sliding_window_cache and a {attrs.kv_bits}-bit cache"
     if head_size % multiple:
-        why = " with do_rotary" if attrs.do_rotary else " when cos_cache/sin_cache are given" if rotary_caches else ""
         raise Refusal(
             f"head size {head_size} (hidden size {hidden} / {heads_in_query} heads) must be a multiple of {multiple}{why}, "
             "as onnxruntime's CPU kernel requires",
@@ -361,12 +367,12 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
 def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
     for slot, name in ((12, "k_scale"), (13, "v_scale")):
         scale = t[name]
-        if not attrs.kv_bits:  # ignored, as onnxruntime ignores it without quantization
+        if scale is not None and scale.dtype != "f32":  # its type is checked even when unused, as onnxruntime does
+            raise Refusal(f"element type {scale.dtype} is not supported; onnxruntime requires float32", _input_subject(slot))
+        if not attrs.kv_bits:  # its values are ignored, as onnxruntime ignores them without quantization
             continue
         if scale is None:
             raise Refusal(f"is required with {attrs.quant_type} quantization", _input_subject(slot))
-        if scale.dtype != "f32":
-            raise Refusal(f"element type {scale.dtype} is not supported; onnxruntime requires float32", _input_subject(slot))
         per_channel = (1, attrs.kv_num_heads, 1, Dh)
         if attrs.quant_type == "PER_CHANNEL":  # a symbolic dim is checked at run time (unify_dims)
             ok = scale.rank == 4 and all(d is None or d == w for d, w in zip(scale.shape, per_channel))

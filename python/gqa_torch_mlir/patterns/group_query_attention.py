@@ -104,7 +104,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
             rotary = RotaryTables.gather(tb, ins, positions_BS, attrs.rotary_interleaved)
             query_BHSDh = rotary.apply(tb, query_BHSDh)
             key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
-    codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale)
+    codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale, attrs.quant_type == "PER_TENSOR" and attrs.kv_bits == 8)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     update = window_cache_step if attrs.window_cache else kv_cache_step
     cache = update(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc)
@@ -116,7 +116,8 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         bias = padded_bias(tb, ins, step, cache.present_key)
     keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
+        factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
+        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors)
     else:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
@@ -124,13 +125,13 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
     results = [output_BSD, cache.present_key, cache.present_value, qk_BHSTt][: b.num_results]
-    return [b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]
+    return [tb.none() if t is None else b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]  # None: an unnamed output_qk
 
 
 def window_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
     """A window-sized buffer: attention reads the staged rows, the buffer keeps the resident ones (gqa_window.py)."""
     past_key, past_value = past_caches(tb, ins, attrs)
-    check_window_lengths(tb, step, past_key, attrs.local_window_size)
+    check_window_lengths(tb, step, past_key, attrs.local_window_size, ins.query_seqlens is not None)
     plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
     read_key_BHkvXDc, present_key_BHkvCDc = plan.apply(tb, past_key, key_BHkvSDc)
     read_value_BHkvXDc, present_value_BHkvCDc = plan.apply(tb, past_value, value_BHkvSDc)
@@ -490,9 +491,14 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, gro
     return tb.clamp_int(step.position_BS, 0, last)
 
 
-def check_window_lengths(tb: TorchBuilder, step: Step, past_BHkvCDc: Tensor, W: int) -> None:
+def check_window_lengths(tb: TorchBuilder, step: Step, past_BHkvCDc: Tensor, W: int, query_seqlens: bool) -> None:
+    """Lengths a window-sized buffer needs, as onnxruntime checks them: also on a first prompt
+    (whose past length is 0 whatever seqlens_k says), seqlens_k[b] + 1 >= S without query_seqlens."""
+    enough_B = tb.ge_scalar(step.past_len_B, 0)
+    if not query_seqlens:
+        enough_B = tb.logical_and(enough_B, tb.ge_scalar(step.seqlens_B, tb.dim_sub(step.S, 1)))
     tb.runtime_check(
-        tb.logical_and(tb.ge_scalar(step.seqlens_B, 0), tb.ge_scalar(step.past_len_B, 0)),
+        tb.logical_and(tb.ge_scalar(step.seqlens_B, 0), enough_B),
         "GroupQueryAttention: seqlens_k[b] must be >= 0 and seqlens_k[b] + 1 >= the step's new tokens",
     )
     if past_BHkvCDc.shape[2] is None:  # a static capacity below W is refused at compile time
@@ -789,8 +795,11 @@ def unless_empty(tb: TorchBuilder, query_BHSDh: Tensor, key_BHkvTDh: Tensor, att
     return tb.if_else(empty, query_BHSDh.shape, query_BHSDh.dtype, lambda inner: inner.full_like(query_BHSDh, 0.0), attend)
 
 
-def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T):
+def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None)):
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32.
+
+    ``factors``: f32 [1] scales multiplying Q.K^T and P.V (a PER_TENSOR cache's,
+    whose K/V are then its codes), or None.
 
     Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
     so K/V are read once per KV head and never repeated.  Returns the
@@ -803,6 +812,8 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
     q_BHkvGSDh = tb.flatten(tb.unflatten(q, 1, [Hkv, G]), 2, 3)  # [B,H,S,Dh] -> [B,Hkv,G,S,Dh] -> [B,Hkv,G*S,Dh]
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
+    if factors[0] is not None:
+        scores_BHkvGST = tb.mul(scores_BHkvGST, factors[0])  # x k_scale [1]
     scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
     scores_BHST = tb.mul_scalar(scores_BHST, effective_scale(attrs, ins.head_size))
     if attrs.softcap > 0:
@@ -813,10 +824,13 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
     probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
     attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs))  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    if factors[1] is not None:
+        attn_BHkvGSDh = tb.mul(attn_BHkvGSDh, factors[1])  # x v_scale [1]
     attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
-        raw = tb.where_else_scalar(visible_B1ST, scores_BHST, 0.0) if attrs.qk_output == 1 else probs_BHST
+        raw = scores_BHST if attrs.qk_output == 1 else probs_BHST  # masked columns hold 0, as onnxruntime's (even in a NaN row)
+        raw = tb.where_else_scalar(visible_B1ST, raw, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
     return tb.to_dtype(attn_BHSDh, dtype), qk
 
