@@ -20,11 +20,10 @@ from typing import Callable, Optional, Union
 import onnx
 
 from .context import make_context
-from .errors import CompileStageError, GqaTorchMlirError, LoweringError
-from .onnx_shapes import infer_shapes_with_contrib_ops
+from .errors import CompileStageError, GqaTorchMlirError
+from .model_checks import prepare_for_import
 from .options import LoweringOptions
 from .passes import PASS_ARGUMENT, add_pass  # (importing passes registers the lowerings)
-from .registry import REGISTRY
 from .repro import repro_command
 
 OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
@@ -55,7 +54,11 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     if not isinstance(model, (str, os.PathLike)):
         raise GqaTorchMlirError(f"model must be a path or an onnx.ModelProto, got {type(model).__name__}")
     path = Path(model)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte
+        raise GqaTorchMlirError(f"no ONNX model at '{path}': {e}") from None
+    if not is_file:
         raise GqaTorchMlirError(f"no ONNX model at '{path}'")
     try:
         proto = onnx.load(str(path), load_external_data=True)
@@ -66,57 +69,11 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     return proto
 
 
-def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Add an opset_import for node domains the model does not declare.
-
-    onnxruntime runs such a model with the domain's latest version (1 for
-    com.microsoft); torch-mlir's importer fails on it.
-    """
-    declared = {o.domain for o in proto.opset_import}
-    missing = sorted({n.domain for n in proto.graph.node} - declared - {"ai.onnx"})
-    if not missing:
-        return proto
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(proto)
-    fixed.opset_import.extend(onnx.helper.make_opsetid(domain, 1) for domain in missing)
-    return fixed
-
-
-def check_contrib_domains(proto: onnx.ModelProto) -> None:
-    """Refuse a contrib op we lower placed in the default ONNX domain.
-
-    torch-mlir's importer names every node ``onnx.<OpType>`` whatever its
-    domain, so the pass cannot tell; onnxruntime refuses such a model at load
-    (it defines e.g. GroupQueryAttention in com.microsoft only).
-    """
-    for node in _all_nodes(proto.graph):
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
-        if domains and "" not in domains and "ai.onnx" not in domains:
-            where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"
-            message = (
-                f"{where}: {node.op_type} is in the default ONNX domain; onnxruntime defines it in "
-                f"{', '.join(sorted(domains))} only (set the node's domain)"
-            )
-            raise LoweringError(message, [message])
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _all_nodes(sub)
-
-
 def import_onnx(model: ModelLike, context=None):
     """Import into a torch-dialect module with ``torch.operator "onnx.*"`` ops."""
     from torch_mlir.extras import onnx_importer
 
-    proto = load_model(model)
-    check_contrib_domains(proto)
-    proto = with_node_domains_imported(infer_shapes_with_contrib_ops(proto))
+    proto = prepare_for_import(load_model(model))
     context = context or make_context()
     try:
         with warnings.catch_warnings():

@@ -98,3 +98,65 @@ def test_runtime_indices_match_onnxruntime_or_fail_a_named_check(name, backend, 
             assert f"gqa-torch-mlir: {op}: " in got.error[1], f"{case}: {got.describe()}"
             refusals += 1
     assert 0 < refusals < len(feeds)
+
+
+def _constant_index_model(op, indices, data_shape=(4, 5), updates=None, shape_of_data=False, constant_node=False, **attrs):
+    """``op`` on X (or on Shape(X)) with constant indices (an initializer or a Constant node)."""
+    from onnx import numpy_helper
+
+    idx = numpy_helper.from_array(np.asarray(indices, np.int64), "idx")
+    nodes, inits, inputs = [], [], [helper.make_tensor_value_info("X", F, list(data_shape))]
+    data = "X"
+    if shape_of_data:
+        nodes.append(helper.make_node("Shape", ["X"], ["shape"]))
+        data = "shape"
+    if constant_node:
+        nodes.append(helper.make_node("Constant", [], ["idx"], value=idx))
+    else:
+        inits.append(idx)
+    names = [data, "idx"]
+    if updates is not None:
+        inputs.append(helper.make_tensor_value_info("U", F, list(updates)))
+        names.append("U")
+    nodes.append(helper.make_node(op, names, ["Y"], **attrs))
+    out_elem = I64 if shape_of_data else F
+    graph = helper.make_graph(nodes, op, inputs, [helper.make_tensor_value_info("Y", out_elem, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+CONSTANT_INDICES = {
+    "gather_of_shape": (dict(op="Gather", indices=7, shape_of_data=True, constant_node=True, axis=0), "holds 7, outside [-2, 2) for data dimension 0"),
+    "gather_initializer": (dict(op="Gather", indices=[1, 10**6], axis=0), "holds 1000000, outside [-4, 4) for data dimension 0"),
+    "gather_elements": (dict(op="GatherElements", indices=[[0], [-6], [1], [2]], axis=1), "holds -6, outside [-5, 5) for data dimension 1"),
+    "scatter_elements": (dict(op="ScatterElements", indices=[[5 * 10**6]], updates=(1, 1), axis=1), "holds 5000000, outside [-5, 5)"),
+    "gather_nd": (dict(op="GatherND", indices=[[0, 1], [3, 5]]), "holds 5, outside [-5, 5) for column 1 (data dimension 1)"),
+    "scatter_nd": (dict(op="ScatterND", indices=[[100000]], updates=(1, 5)), "holds 100000, outside [-4, 4) for column 0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTANT_INDICES))
+def test_constant_indices_out_of_range_are_refused_when_compiling(name, tmp_path):
+    """Constant indices are checked on the ONNX model (the importer turns them into blobs the
+    pass cannot read): out of a static dim, the node is refused by name; onnxruntime rejects
+    the model when run (it crashed ours, or read garbage, before)."""
+    import gqa_torch_mlir
+    from gqa_torch_mlir.errors import LoweringError
+
+    kwargs, message = CONSTANT_INDICES[name]
+    model = _constant_index_model(**kwargs)
+    with pytest.raises(LoweringError) as refused:
+        gqa_torch_mlir.compile(model, "torch")
+    assert f"a {kwargs['op']} node: input 1 'indices' {message}" in str(refused.value)
+    feeds = {"X": data(4, 5)} | ({"U": np.ones(kwargs["updates"], np.float32)} if "updates" in kwargs else {})
+    assert run_isolated_each(model, [feeds], tmp_path, engine="onnxruntime")[0].results is None
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_constant_indices_in_range_still_fold(backend, tmp_path):
+    """In range, constant indices (into a Shape: shape arithmetic) give onnxruntime's values."""
+    model = _constant_index_model("Gather", -1, data_shape=("a", 5), shape_of_data=True, constant_node=True, axis=0)
+    feeds = [{"X": data(3, 5)}, {"X": data(0, 5)}]
+    ours = run_isolated_each(model, feeds, tmp_path / "ours", backend=backend)
+    theirs = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")
+    for got, want in zip(ours, theirs):
+        np.testing.assert_array_equal(got.results["Y"], want.results["Y"])

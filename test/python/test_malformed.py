@@ -180,6 +180,31 @@ def _unranked_query(model: onnx.ModelProto) -> None:
     model.graph.input[0].type.tensor_type.ClearField("shape")
 
 
+def _add_attributes(*attrs: onnx.AttributeProto):
+    return lambda model: model.graph.node[0].attribute.extend(attrs)
+
+
+def _declare_output_as_sequence(index: int):
+    def edit(model: onnx.ModelProto) -> None:
+        model.graph.output[index].type.CopyFrom(helper.make_sequence_type_proto(helper.make_tensor_type_proto(F32, None)))
+
+    return edit
+
+
+def into_local_function(model: onnx.ModelProto, declare_com_microsoft: bool = True) -> None:
+    """The GQA node moved into an ONNX local function ``local.Attn``, called once."""
+    g, node = model.graph, model.graph.node[0]
+    inputs = [i for i in node.input if i]
+    imports = [helper.make_opsetid("", 21)] + ([helper.make_opsetid("com.microsoft", 1)] if declare_com_microsoft else [])
+    inner = onnx.NodeProto()
+    inner.CopyFrom(node)
+    model.functions.append(helper.make_function("local", "Attn", inputs, list(node.output), [inner], opset_imports=imports))
+    call = helper.make_node("Attn", inputs, list(node.output), domain="local", name="call")
+    del g.node[:]
+    g.node.append(call)
+    model.opset_import.append(helper.make_opsetid("local", 1))
+
+
 # ---------------------------------------------------------------------------
 # the corpus
 # ---------------------------------------------------------------------------
@@ -361,6 +386,10 @@ CASES: List[Case] = [
     case("quantized_cache_f32_past", [PK3, "si8"], "run", **_QUANT(past=F32)),
     case("quantized_cache_without_k_scale", ["input 12 'k_scale'", "required"], "run", **_QUANT(k_scale=None)),
     case("per_channel_scale_of_one_element", ["input 12 'k_scale'", "PER_CHANNEL"], "run", **_QUANT(quant="PER_CHANNEL")),
+    case("window_cache_int4_head_size_16", [Q0, "head size 16", "multiple of 32 with sliding_window_cache and a 4-bit cache"], "run",
+         attrs={"kv_cache_bit_width": 4, "k_quant_type": "PER_TENSOR", "v_quant_type": "PER_TENSOR", "sliding_window_cache": 1, "local_window_size": 3},
+         **_inp(past_key=(TensorProto.UINT8, [B, HKV, P, DH // 2]), past_value=(TensorProto.UINT8, [B, HKV, P, DH // 2]),
+                k_scale=(F32, [1]), v_scale=(F32, [1]))),
     case("sliding_window_without_window", ["attribute 'local_window_size'", "> 0"], "load", attrs={"sliding_window_cache": 1}),
     case("sliding_window_capacity_below_window", [PK3, "at least local_window_size"], "run",
          attrs={"sliding_window_cache": 1, "local_window_size": 6}),
@@ -395,6 +424,27 @@ CASES: List[Case] = [
          attrs={"qk_output": 1}, outputs=("output", "present_key", "present_value", "output_qk", "extra")),
     case("seqlens_k_absent", [SL5, "required"], "load", **_inp(seqlens_k=None)),
     case("total_sequence_length_absent", [TSL6, "required"], "load", **_inp(total_sequence_length=None)),
+    case("no_outputs", ["output 0 'output'", "no outputs"], "load", outputs=(),
+         edit=lambda m: m.graph.output.append(helper.make_tensor_value_info("query", F32, [B, S, H * DH]))),
+    case("qk_output_without_a_named_output_qk", ["attribute 'qk_output'", "does not name"], "load",
+         attrs={"qk_output": 1}, outputs=("output", "present_key", "present_value", "")),
+    case("output_named_like_a_graph_input", ["node 'gqa'", "output 'query'", "already defined"], "load",
+         outputs=("query", "present_key", "present_value")),
+    case("present_key_declared_a_sequence", ["graph output 'present_key'", "sequence", "tensors"], "load",
+         edit=_declare_output_as_sequence(1)),
+    case("output_of_undefined_element_type", ["graph output 'output'", "undefined element type"], "load",
+         edit=_set_output(0, elem=0)),
+    case("k_scale_int8_without_quantization", [f"input 12 'k_scale'", "si8", "float32"], "load",
+         **_inp(k_scale=(TensorProto.INT8, [3, 3]))),
+    # -- attributes the importer would drop or choke on --------------------------------------------
+    case("attribute_given_twice", ["node 'gqa'", "attribute 'softcap'", "more than once"], "load",
+         edit=_add_attributes(helper.make_attribute("softcap", 0.5), helper.make_attribute("softcap", 0.0))),
+    case("graph_valued_attribute", ["node 'gqa'", "attribute 'scale'", "is a graph"], "load",
+         edit=_add_attributes(helper.make_attribute("scale", helper.make_graph([], "g", [], [])))),
+    case("tensor_valued_attribute", ["node 'gqa'", "attribute 'k_quant_type'", "type TENSOR"], "load",
+         edit=_add_attributes(helper.make_attribute("k_quant_type", onnx.numpy_helper.from_array(np.array([1], np.int64))))),
+    case("local_function_without_com_microsoft_opset", ["local function 'Attn'", "domain 'com.microsoft'", "opset_import"], "load",
+         edit=lambda m: into_local_function(m, declare_com_microsoft=False)),
 ]
 
 CASE_BY_ID = {c.id: c for c in CASES}
@@ -796,4 +846,69 @@ def test_model_without_com_microsoft_opset_import():
         leaked = [w for w in LEAKED if w in message]
         assert "com.microsoft" in message and not leaked, f"unclear refusal of a model onnxruntime runs: {message}"
         return
+    assert compare(cfg, got, want, feeds) == []
+
+
+def test_unnamed_output_qk_is_not_requested():
+    """Outputs [output, present_key, present_value, ""] with qk_output 0: the empty name asks for nothing."""
+    cfg = DECODE
+    model = make_model(cfg)
+    model.graph.node[0].output.append("")
+    feeds = make_inputs(cfg, seed=15)
+    got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
+    assert sorted(got) == sorted(want)
+    assert compare(cfg, got, want, feeds) == []
+
+
+def test_gqa_inside_a_local_function():
+    """A GQA in an ONNX local function's body is inlined, lowered and checked like any other."""
+    cfg = DECODE
+    model = make_model(cfg)
+    into_local_function(model)
+    feeds = make_inputs(cfg, seed=16)
+    got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
+    assert compare(cfg, got, want, feeds) == []
+    model.functions[0].node[0].attribute.append(helper.make_attribute("causal", 2))
+    with pytest.raises(GqaTorchMlirError, match="attribute 'causal': value 2 is not supported"):
+        gqa_torch_mlir.compile(model, "torch")
+
+
+def test_if_branches_without_com_microsoft_opset_import():
+    """The domain of a GQA that only occurs in If branches gets its opset import too."""
+    cfg = DECODE
+    model = make_model(cfg)
+    g = model.graph
+    gqa = g.node[0]
+    if_node = helper.make_node("If", ["cond"], list(_NAMES), name="if", then_branch=_branch(cfg, gqa, "then", {}),
+                               else_branch=_branch(cfg, gqa, "else", {"softcap": 3.0}))
+    del g.node[:]
+    g.node.append(if_node)
+    g.input.append(helper.make_tensor_value_info("cond", BOOL, []))
+    kept = [o for o in model.opset_import if o.domain != "com.microsoft"]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    feeds = {**make_inputs(cfg, seed=17), "cond": np.asarray(False)}
+    got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
+    assert compare(cfg, got, want, feeds) == []
+
+
+def test_default_domain_declared_as_ai_onnx():
+    """An opset import for "ai.onnx" (the default domain's alias, as onnxruntime reads it)."""
+    cfg = DECODE
+    model = make_model(cfg)
+    for o in model.opset_import:
+        if o.domain == "":
+            o.domain = "ai.onnx"
+    feeds = make_inputs(cfg, seed=18)
+    got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
+    assert compare(cfg, got, want, feeds) == []
+
+
+def test_graph_output_declared_without_a_type():
+    """onnxruntime infers a graph output's type when the model gives none; so does the pipeline."""
+    cfg = DECODE
+    model = make_model(cfg)
+    model.graph.output[0].ClearField("type")
+    feeds = make_inputs(cfg, seed=19)
+    got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
     assert compare(cfg, got, want, feeds) == []

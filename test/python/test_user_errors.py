@@ -192,8 +192,11 @@ def test_run_with_malformed_arguments(session, call, message):
         (lambda: gqa_torch_mlir.compile(make_model(GQAConfig()), "torch", options={"attention": "sdpa"}), "options must be a LoweringOptions"),
         (lambda: InferenceSession(make_model(GQAConfig()), threads="x"), "threads must be a positive integer or None"),
         (lambda: InferenceSession(make_model(GQAConfig()), threads=-3), "threads must be a positive integer or None"),
+        (lambda: InferenceSession("m" * 300 + ".onnx"), "no ONNX model at 'm+.onnx': .*File name too long"),
+        (lambda: gqa_torch_mlir.compile("model\0.onnx"), "no ONNX model at"),
     ],
-    ids=["compile_an_int", "compile_none", "session_bytes", "options_a_dict", "threads_a_string", "threads_negative"],
+    ids=["compile_an_int", "compile_none", "session_bytes", "options_a_dict", "threads_a_string", "threads_negative",
+         "path_too_long", "path_with_nul"],
 )
 def test_api_refuses_what_is_not_a_model_or_option(call, message):
     with pytest.raises(GqaTorchMlirError, match=message):
@@ -205,3 +208,35 @@ def test_pass_option_value_may_be_quoted():
     from gqa_torch_mlir.options import LoweringOptions
 
     assert LoweringOptions.parse('attention="sdpa"') == LoweringOptions.parse("attention='sdpa'") == LoweringOptions(attention="sdpa")
+
+
+def test_cli_path_too_long():
+    run = run_main("compile", "m" * 300 + ".onnx")
+    assert_one_line_error(run, "gqa-torch-mlir: error:", "no ONNX model at", "File name too long")
+
+
+def test_model_whose_external_data_was_not_loaded(tmp_path):
+    """A ModelProto loaded without its external data: the initializer is named, not an importer error."""
+    import onnx
+
+    model = make_model(GQAConfig(past=4))
+    weight = onnx.numpy_helper.from_array(make_inputs(GQAConfig(past=4))["past_key"], "past_key")
+    model.graph.initializer.append(weight)
+    del model.graph.input[[i.name for i in model.graph.input].index("past_key")]
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, size_threshold=0)
+    shallow = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    with pytest.raises(GqaTorchMlirError, match="initializer 'past_key' keeps its data in an external file that was not loaded"):
+        gqa_torch_mlir.compile(shallow, "torch")
+    gqa_torch_mlir.compile(str(tmp_path / "m.onnx"), "torch")  # by path, the data is loaded
+
+
+@pytest.mark.parametrize("field,value,message", [("ir_version", 99, "ir_version 99 is newer than ONNX defines"),
+                                                 ("opset", 99, "opset 99 of the default ONNX domain, newer than ONNX defines")])
+def test_versions_newer_than_onnx_defines(field, value, message):
+    model = make_model(GQAConfig())
+    if field == "ir_version":
+        model.ir_version = value
+    else:
+        next(o for o in model.opset_import if o.domain == "").version = value
+    with pytest.raises(GqaTorchMlirError, match=message):
+        gqa_torch_mlir.compile(model, "torch")

@@ -74,10 +74,10 @@ from iree.compiler.api import Output, Session
 from iree.compiler.extras import onnx_importer
 
 from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
-from ..onnx_shapes import infer_shapes_with_contrib_ops
+from ..model_checks import prepare_for_import
 from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, apply_lowerings
-from ..pipeline import ModelLike, check_contrib_domains, load_model
+from ..pipeline import ModelLike, load_model
 from ..repro import repro_command, save_stage_input
 
 __all__ = ["COMPILE_FLAGS", "IreeCompiledModule", "IreeCpuBackend", "LoweredModule"]
@@ -243,9 +243,7 @@ class IreeCpuBackend:
 
     def lower(self, model: ModelLike) -> LoweredModule:
         """Import ``model`` into a new IREE session's context and run our pass there."""
-        proto = load_model(model)
-        check_contrib_domains(proto)
-        proto = infer_shapes_with_contrib_ops(proto)
+        proto = prepare_for_import(load_model(model))
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:

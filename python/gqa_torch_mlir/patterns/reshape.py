@@ -29,13 +29,16 @@ def lower_runtime_reshape(b: OpBinder, tb: TorchBuilder):
     if b.num_input_slots() != 2 or b.input_is_constant(1):
         return NOT_LOWERED
     data, shape = b.tensor(0, "data"), b.tensor(1, "shape")
-    if data is None or shape is None or data.rank == 0 or shape.rank != 1 or shape.dtype != "si64" or not shape.shape[0]:
+    if data is None or shape is None or shape.rank != 1 or shape.dtype != "si64" or not shape.shape[0]:
         return NOT_LOWERED  # torch-mlir's conversion handles (or reports) these
     allow_zero = b.attr_int("allowzero", 0) == 1  # onnxruntime reads any other value as 0
     n = _numel(tb, data)
     dims = [_resolved_dim(tb, data, shape, i, allow_zero) for i in range(shape.shape[0])]
     out = _checked_dims(tb, dims, n)
-    flat_N = tb.flatten(data, 0, data.rank - 1) if data.rank > 1 else data  # [d0, .., dk] -> [n]
+    if data.rank == 0:
+        flat_N = tb.unsqueeze(data, 0)  # [] -> [1]
+    else:
+        flat_N = tb.flatten(data, 0, data.rank - 1) if data.rank > 1 else data  # [d0, .., dk] -> [n]
     unflattened = tb.tensor_op("torch.aten.unflatten.int", [flat_N.value, tb.int(0), tb.int_list(out)], (None,) * len(out), data.dtype)
     return [b.declared_result(tb, 0, unflattened, "reshaped")]
 

@@ -13,24 +13,25 @@ from __future__ import annotations
 from ..binder import OpBinder
 from ..builder import TorchBuilder
 from ..registry import NOT_LOWERED, onnx_op
-from ._indices import check_dims, checked_index_columns, rebuild, runtime_indices, static_mismatch
+from ._indices import check_dims, checked_index_columns, index_input, rebuild, static_mismatch
 
 
 @onnx_op("ScatterND", domain="", since=11)
 def check_scatter_nd_indices(b: OpBinder, tb: TorchBuilder):
     if b.num_input_slots() != 3:
         return NOT_LOWERED
-    data, indices, updates = b.tensor(0, "data"), runtime_indices(b, 1), b.tensor(2, "updates")
-    if data is None or indices is None or updates is None or indices.rank < 1:
+    data, indices, updates = b.tensor(0, "data"), index_input(b, 1), b.tensor(2, "updates")
+    if data is None or indices is None or updates is None or indices.tensor.rank < 1:
         return NOT_LOWERED  # torch-mlir's conversion says what is wrong
-    k, q = indices.shape[-1], indices.rank
+    k, q = indices.tensor.shape[-1], indices.tensor.rank
     if k is None or not 1 <= k <= data.rank or updates.rank != q - 1 + data.rank - k:
         return NOT_LOWERED
     from_indices = [(i, i) for i in range(q - 1)]  # updates dim i = indices dim i
     from_data = [(q - 1 + i - k, i) for i in range(k, data.rank)]  # updates dim q-1+i-k = data dim i
-    if static_mismatch(updates, indices, from_indices, equal=True) or static_mismatch(updates, data, from_data, equal=True):
+    if static_mismatch(updates, indices.tensor, from_indices, equal=True) or static_mismatch(updates, data, from_data, equal=True):
         return NOT_LOWERED
     message = "ScatterND: updates dimension {d} must match indices.shape[:-1] + data.shape[k:] (onnxruntime rejects it)"
-    check_dims(tb, updates, indices, from_indices, message, equal=True)
+    check_dims(tb, updates, indices.tensor, from_indices, message, equal=True)
     check_dims(tb, updates, data, from_data, message, equal=True)
-    return rebuild(b, tb, [data, checked_index_columns(tb, indices, data, 0, "ScatterND"), updates])
+    checked = checked_index_columns(tb, indices, data, 0, "ScatterND")
+    return NOT_LOWERED if checked is None else rebuild(b, tb, [data, checked, updates])

@@ -1,0 +1,300 @@
+"""The ONNX model before import: checks onnxruntime makes at load, and the forms the importer needs.
+
+``prepare_for_import(proto)`` is what both backends import.  torch-mlir's
+importer takes the model as it is: it drops what it does not model (a graph
+attribute on an ordinary node, a duplicated attribute, a duplicated value
+name) and fails with a message that names nothing for others (an attribute
+type it has no MLIR form for, external data that was not loaded).
+onnxruntime rejects these models at load; here each is refused by name.
+The rest is made importable as onnxruntime reads it: the default domain's
+alias ``ai.onnx``, ONNX local functions (inlined), node domains without an
+opset import (in subgraphs too).  Constant indices into static dims are
+checked here, where their values are known (the importer turns every
+constant into a resource blob the pass cannot read).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from .errors import GqaTorchMlirError, LoweringError
+from .onnx_shapes import infer_shapes_with_contrib_ops
+from .registry import REGISTRY
+
+#: Attribute types our contrib-op lowerings read; the others have no MLIR form in the importer.
+PLAIN_ATTRIBUTE_TYPES = (AttributeProto.INT, AttributeProto.FLOAT, AttributeProto.STRING,
+                         AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS)
+CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
+
+
+def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Checked, with shapes inferred, in the form the importer takes (a copy when changed)."""
+    _check_external_data_loaded(proto)
+    _check_versions(proto)
+    proto = _default_domain_alias_resolved(proto)
+    proto = _local_functions_inlined(proto)
+    check_contrib_domains(proto)
+    for graph in all_graphs(proto.graph):
+        _check_nodes(graph)
+        _check_unique_names(graph)
+    proto = infer_shapes_with_contrib_ops(proto)
+    _type_graph_outputs(proto.graph)
+    _check_constant_indices(proto.graph)
+    return with_node_domains_imported(proto)
+
+
+def _fail(message: str) -> None:
+    raise LoweringError(message, [message])
+
+
+def _node_label(node: onnx.NodeProto) -> str:
+    return f"node '{node.name}' ({node.op_type})" if node.name else f"a {node.op_type} node"
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from all_graphs(sub)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for g in all_graphs(graph):
+        yield from g.node
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    return fixed
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def _check_external_data_loaded(proto: onnx.ModelProto) -> None:
+    for init in proto.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL and not init.raw_data:
+            raise GqaTorchMlirError(
+                f"initializer '{init.name}' keeps its data in an external file that was not loaded: pass the "
+                "model's path, or load it with onnx.load(path) (which loads external data)"
+            )
+
+
+def _check_versions(proto: onnx.ModelProto) -> None:
+    """An IR version or default-domain opset newer than the onnx package defines (onnxruntime
+    rejects those too): no importer reads them."""
+    import onnx.defs
+
+    if proto.ir_version > onnx.IR_VERSION:
+        raise GqaTorchMlirError(f"the model's ir_version {proto.ir_version} is newer than ONNX defines ({onnx.IR_VERSION})")
+    newest = onnx.defs.onnx_opset_version()
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            raise GqaTorchMlirError(f"the model imports opset {o.version} of the default ONNX domain, newer than ONNX defines ({newest})")
+
+
+def _default_domain_alias_resolved(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``ai.onnx`` as ``""`` (onnxruntime reads them as one domain; the importer needs ``""``)."""
+    aliased = any(o.domain == "ai.onnx" for o in proto.opset_import) or any(n.domain == "ai.onnx" for n in all_nodes(proto.graph))
+    if not aliased:
+        return proto
+    fixed = _copy(proto)
+    versions = {o.domain: o.version for o in fixed.opset_import}
+    if "ai.onnx" in versions:
+        default = max(versions.get("", 0), versions["ai.onnx"])
+        kept = [o for o in fixed.opset_import if o.domain not in ("", "ai.onnx")]
+        del fixed.opset_import[:]
+        fixed.opset_import.extend(kept + [onnx.helper.make_opsetid("", default)])
+    for node in all_nodes(fixed.graph):
+        if node.domain == "ai.onnx":
+            node.domain = ""
+    return fixed
+
+
+def _local_functions_inlined(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX local functions (``model.functions``) inlined: the importer keeps a call to one as an
+    unknown op, so a GroupQueryAttention in its body would never be lowered or checked."""
+    if not proto.functions:
+        return proto
+    default = lambda domain: "" if domain == "ai.onnx" else domain
+    for function in proto.functions:
+        declared = {default(o.domain) for o in function.opset_import}
+        for node in function.node:
+            if default(node.domain) not in declared:
+                _fail(f"local function '{function.name}': node {node.op_type} is in domain '{node.domain}', which the "
+                      "function's opset_import does not declare (onnxruntime rejects the model)")
+    from onnx import inliner
+
+    try:
+        return inliner.inline_local_functions(proto)
+    except Exception as e:  # a malformed function body
+        raise GqaTorchMlirError(f"cannot inline the model's local functions: {e}") from None
+
+
+def check_contrib_domains(proto: onnx.ModelProto) -> None:
+    """Refuse a contrib op we lower placed in the default ONNX domain.
+
+    torch-mlir's importer names every node ``onnx.<OpType>`` whatever its
+    domain, so the pass cannot tell; onnxruntime refuses such a model at load
+    (it defines e.g. GroupQueryAttention in com.microsoft only).
+    """
+    for node in all_nodes(proto.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
+        if domains and "" not in domains and "ai.onnx" not in domains:
+            where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"
+            _fail(
+                f"{where}: {node.op_type} is in the default ONNX domain; onnxruntime defines it in "
+                f"{', '.join(sorted(domains))} only (set the node's domain)"
+            )
+
+
+def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Add an opset_import for node domains the model does not declare (subgraphs included).
+
+    onnxruntime runs such a model with the domain's latest version (1 for
+    com.microsoft); torch-mlir's importer fails on it.
+    """
+    declared = {o.domain for o in proto.opset_import}
+    missing = sorted({n.domain for n in all_nodes(proto.graph)} - declared - {"ai.onnx"})
+    if not missing:
+        return proto
+    fixed = _copy(proto)
+    fixed.opset_import.extend(onnx.helper.make_opsetid(domain, 1) for domain in missing)
+    return fixed
+
+
+# -- nodes and names ---------------------------------------------------------------------
+
+
+def _lowered_contrib_op(node: onnx.NodeProto) -> bool:
+    return node.domain not in ("", "ai.onnx") and any(e.domain == node.domain for e in REGISTRY.candidates("onnx." + node.op_type))
+
+
+def _check_nodes(graph: onnx.GraphProto) -> None:
+    for node in graph.node:
+        names = [a.name for a in node.attribute]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            _fail(f"{_node_label(node)}: attribute '{twice[0]}' is given more than once (onnxruntime rejects the model)")
+        if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+            continue
+        for attr in node.attribute:
+            if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                _fail(f"{_node_label(node)}: attribute '{attr.name}' is a graph, which {node.op_type} does not take "
+                      "(onnxruntime rejects the model)")
+            if _lowered_contrib_op(node) and attr.type not in PLAIN_ATTRIBUTE_TYPES and not attr.ref_attr_name:
+                kind = AttributeProto.AttributeType.Name(attr.type)
+                _fail(f"{_node_label(node)}: attribute '{attr.name}' has type {kind}; {node.op_type}'s attributes are "
+                      "ints, floats or strings (onnxruntime rejects the model)")
+
+
+def _check_unique_names(graph: onnx.GraphProto) -> None:
+    """Every value is defined once (graph inputs may repeat initializers, as older models do)."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for node in graph.node:
+        for name in node.output:
+            if not name:
+                continue
+            if name in defined:
+                _fail(f"{_node_label(node)}: output '{name}' is already defined in the graph "
+                      "(onnxruntime rejects a duplicate definition)")
+            defined.add(name)
+
+
+def _type_graph_outputs(graph: onnx.GraphProto) -> None:
+    """Graph outputs declared without a type take the inferred one, as onnxruntime infers it;
+    an undefined element type, or a contrib op's output declared a sequence or optional, is refused.
+    (The importer would declare the function's result ``!torch.none`` or a list, and the
+    module would fail to verify with no name.)"""
+    inferred = {vi.name: vi.type for vi in graph.value_info}
+    producers = {name: node for node in graph.node for name in node.output if name}
+    for out in graph.output:
+        kind = out.type.WhichOneof("value")
+        node = producers.get(out.name)
+        if kind in ("sequence_type", "optional_type", "map_type", "sparse_tensor_type") and node is not None and _lowered_contrib_op(node):
+            what = kind.split("_type")[0]
+            _fail(f"{_node_label(node)}: graph output '{out.name}' is declared as {'an' if what[0] in 'aeiou' else 'a'} {what}, but "
+                  f"{node.op_type}'s outputs are tensors (onnxruntime rejects the model)")
+        if kind == "tensor_type" and not out.type.tensor_type.elem_type:
+            _fail(f"graph output '{out.name}' is declared a tensor of undefined element type (onnxruntime rejects the model)")
+        if kind is None and out.name in inferred and inferred[out.name].tensor_type.elem_type:
+            out.type.CopyFrom(inferred[out.name])
+
+
+# -- constant indices ----------------------------------------------------------------------
+
+
+INDEX_OPS = {"Gather": "axis", "GatherElements": "axis", "ScatterElements": "axis", "GatherND": None, "ScatterND": None}
+
+
+def _constants(graph: onnx.GraphProto) -> Dict[str, np.ndarray]:
+    values = {init.name: init for init in graph.initializer}
+    found: Dict[str, np.ndarray] = {}
+    for name, init in values.items():
+        if init.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and np.prod(init.dims, dtype=np.int64) <= 1 << 16:
+            found[name] = numpy_helper.to_array(init)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                    found[node.output[0]] = numpy_helper.to_array(attr.t)
+                elif attr.name == "value_int":
+                    found[node.output[0]] = np.array(attr.i, np.int64)
+                elif attr.name == "value_ints":
+                    found[node.output[0]] = np.array(list(attr.ints), np.int64)
+    return found
+
+
+def _static_dims(graph: onnx.GraphProto) -> Dict[str, List[Optional[int]]]:
+    dims: Dict[str, List[Optional[int]]] = {}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    for init in graph.initializer:
+        dims.setdefault(init.name, list(init.dims))
+    return dims
+
+
+def _check_constant_indices(graph: onnx.GraphProto) -> None:
+    """Constant indices out of their static data dim, refused (onnxruntime rejects them when run)."""
+    constants, dims = _constants(graph), _static_dims(graph)
+    for node in graph.node:
+        if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        values, data_dims = constants.get(node.input[1]), dims.get(node.input[0])
+        if values is None or data_dims is None:
+            continue
+        for column, n, bound in _index_bounds(node, values, data_dims):
+            bad = column[(column < -n) | (column >= n)]
+            if bad.size:
+                _fail(f"{_node_label(node)}: input 1 'indices' holds {int(bad.flat[0])}, outside [-{n}, {n}) for {bound} "
+                      "(onnxruntime rejects it at run time)")
+
+
+def _index_bounds(node: onnx.NodeProto, values: np.ndarray, data_dims: List[Optional[int]]) -> List[Tuple[np.ndarray, int, str]]:
+    """(index values, static bound n, what n is) to check; dynamic bounds are checked at run time."""
+    rank = len(data_dims)
+    attrs = {a.name: a.i for a in node.attribute if a.type == AttributeProto.INT}
+    if INDEX_OPS[node.op_type] == "axis":
+        axis = attrs.get("axis", 0)
+        if not -rank <= axis < rank or data_dims[axis % rank] is None:
+            return []
+        return [(values, data_dims[axis % rank], f"data dimension {axis}")]
+    first = attrs.get("batch_dims", 0) if node.op_type == "GatherND" else 0
+    if values.ndim < 1 or not 0 <= first < rank or first + values.shape[-1] > rank:
+        return []
+    out = []
+    for j in range(values.shape[-1]):
+        n = data_dims[first + j]
+        if n is not None:
+            out.append((values[..., j], n, f"column {j} (data dimension {first + j})"))
+    return out
