@@ -493,9 +493,6 @@ class TorchBuilder:
         """Round half to even, like numpy's rint."""
         return self.tensor_op("torch.aten.round", [t.value], t.shape, t.dtype)
 
-    def add_float(self, t: Tensor, scalar: float) -> Tensor:
-        return self.tensor_op("torch.aten.add.Scalar", [t.value, self.float(scalar), self.int(1)], t.shape, t.dtype)
-
     def remainder_scalar(self, t: Tensor, divisor: Dim) -> Tensor:
         """``t mod divisor`` (Python's sign: in ``[0, divisor)`` for a positive divisor)."""
         return self.tensor_op("torch.aten.remainder.Scalar", [t.value, self.dim_value(divisor)], t.shape, t.dtype)

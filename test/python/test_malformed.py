@@ -434,7 +434,7 @@ CASES: List[Case] = [
          edit=_declare_output_as_sequence(1)),
     case("output_of_undefined_element_type", ["graph output 'output'", "undefined element type"], "load",
          edit=_set_output(0, elem=0)),
-    case("k_scale_int8_without_quantization", [f"input 12 'k_scale'", "si8", "float32"], "load",
+    case("k_scale_int8_without_quantization", ["input 12 'k_scale'", "si8", "float32"], "load",
          **_inp(k_scale=(TensorProto.INT8, [3, 3]))),
     # -- attributes the importer would drop or choke on --------------------------------------------
     case("attribute_given_twice", ["node 'gqa'", "attribute 'softcap'", "more than once"], "load",
