@@ -441,8 +441,12 @@ def window_first_key(cfg, b: int) -> int:
     return cfg.past_lens[b] + 1 - cfg.window
 
 
-@pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("decomposed", "iree-cpu"), ("sdpa", "iree-cpu")])
-@pytest.mark.parametrize("name,cfg", WINDOW_SPANS, ids=[w[0] for w in WINDOW_SPANS])
+WINDOW_SPAN_RUNS = [(name, cfg, attention, backend) for name, cfg in WINDOW_SPANS for attention, backend in
+                    [("decomposed", "refbackend"), ("sdpa", "iree-cpu")]]
+WINDOW_SPAN_RUNS += [(name, cfg, "decomposed", "iree-cpu") for name, cfg in WINDOW_SPANS if name in ("filling_decode_reads_behind", "full_chunk_reads_all_staged")]
+
+
+@pytest.mark.parametrize("name,cfg,attention,backend", WINDOW_SPAN_RUNS, ids=[f"{r[0]}-{r[2]}-{r[3]}" for r in WINDOW_SPAN_RUNS])
 def test_window_cache_nan_reaches_what_onnxruntime_reads(name, cfg, attention, backend):
     """One resident row at a time holds a NaN value (every row) or key (rows before every
     window): the output's NaN pattern and its finite values are onnxruntime's."""
@@ -552,19 +556,21 @@ def test_quantized_codes_round_as_onnxruntime(bits, backend):
 
 
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
-@pytest.mark.parametrize("which", ["k_scale", "v_scale"])
-@pytest.mark.parametrize("scale", [np.inf, -np.inf, 3e38])
-def test_int8_per_tensor_huge_scale_gives_onnxruntime_infinities(scale, which, backend):
+def test_int8_per_tensor_huge_scale_gives_onnxruntime_infinities(backend):
     """onnxruntime multiplies the int8 PER_TENSOR scale into Q.K^T and P.V of the codes: an
     infinite scale next to a stored code of 0 gives +-inf there, not 0 * inf = NaN."""
     cfg = C(kv_bits=8, **QUANT_SMALL)
-    model, feeds = make_model(cfg, {"qk_output": 1}), make_inputs(cfg, seed=11)
-    feeds["past_key"][0, 0, 0, 0] = feeds["past_value"][0, 0, 0, 0] = 0
-    feeds[which] = np.full_like(feeds[which], scale)
-    want, got = run_onnxruntime(model, feeds), _session_outputs(model, feeds, backend)
-    for name in ("output", "output_qk"):
-        for test in (np.isnan, np.isposinf, np.isneginf):
-            np.testing.assert_array_equal(test(got[name]), test(want[name]), err_msg=f"{name} {test.__name__}")
+    model, base = make_model(cfg, {"qk_output": 1}), make_inputs(cfg, seed=11)
+    base["past_key"][0, 0, 0, 0] = base["past_value"][0, 0, 0, 0] = 0
+    session = InferenceSession(model, backend=backend, threads=1)
+    names = [o.name for o in session.get_outputs()]
+    for which in ("k_scale", "v_scale"):
+        for scale in (np.inf, -np.inf, 3e38):
+            feeds = {**base, which: np.full_like(base[which], scale)}
+            want, got = run_onnxruntime(model, feeds), dict(zip(names, session.run(None, feeds)))
+            for name in ("output", "output_qk"):
+                for test in (np.isnan, np.isposinf, np.isneginf):
+                    np.testing.assert_array_equal(test(got[name]), test(want[name]), err_msg=f"{which}={scale}: {name} {test.__name__}")
 
 
 @pytest.mark.parametrize("attention,backend", [("decomposed", "refbackend"), ("decomposed", "iree-cpu")])
