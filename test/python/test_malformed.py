@@ -38,7 +38,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -606,18 +605,29 @@ def probe_sessions(models: Dict[str, onnx.ModelProto], workdir: Path) -> Dict[st
 
 
 def run_cli(model: onnx.ModelProto, path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, "compile", str(_save(model, path))], capture_output=True, text=True, timeout=600)
+    """``gqa-torch-mlir compile`` on the saved model, its ``main`` in this process (the
+    installed command itself is run by test_the_installed_cli_refuses_a_malformed_model)."""
+    import contextlib
+    import io
+
+    from gqa_torch_mlir.tools import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["compile", str(_save(model, path))])
+    return subprocess.CompletedProcess(["gqa-torch-mlir", "compile"], code, out.getvalue(), err.getvalue())
 
 
 class Probes:
     """The subprocess probes of every case, started together on first use."""
 
     def __init__(self, root: Path):
-        # Two batch processes plus CLI invocations side by side (each a process of its own).
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2 + max(2, os.cpu_count() or 2))
+        # Two batch processes side by side.  Every test using them is in one xdist group
+        # (``--dist loadgroup``), so that one worker runs them, once.
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
         self.ort = self.pool.submit(probe_onnxruntime, {c.id: (c.build(), c.feeds) for c in CASES}, root / "ort")
         self.sessions = self.pool.submit(probe_sessions, {c.id: c.build() for c in CASES}, root / "session")
-        self.cli = {c.id: self.pool.submit(run_cli, c.build(), root / "cli" / f"{c.id}.onnx") for c in CASES}
+        self.root = root
 
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -659,6 +669,7 @@ def test_compile_refuses(c: Case):
     check_diagnostic(c, str(info.value), "compile")
 
 
+@pytest.mark.xdist_group("malformed_probes")
 @pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_inference_session_refuses(c: Case, probes: Probes):
     got = probes.sessions.result()[c.id]
@@ -668,9 +679,10 @@ def test_inference_session_refuses(c: Case, probes: Probes):
     check_diagnostic(c, got["message"], "InferenceSession")
 
 
+@pytest.mark.xdist_group("malformed_probes")
 @pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_cli_refuses(c: Case, probes: Probes):
-    proc = probes.cli[c.id].result()
+    proc = run_cli(c.build(), probes.root / "cli" / f"{c.id}.onnx")
     out = f"exit status {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
     assert proc.returncode > 0, f"{c.id}: the CLI did not fail cleanly:\n{out}"
     assert "Traceback" not in proc.stderr + proc.stdout, f"{c.id}: traceback:\n{out}"
@@ -684,6 +696,7 @@ def test_cli_refuses(c: Case, probes: Probes):
             assert line in proc.stderr, f"{c.id}: CLI and Python disagree: Python says {line!r}\n{out}"
 
 
+@pytest.mark.xdist_group("malformed_probes")
 @pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_onnxruntime_does_as_recorded(c: Case, probes: Probes):
     got = probes.ort.result()[c.id]
@@ -912,3 +925,12 @@ def test_graph_output_declared_without_a_type():
     feeds = make_inputs(cfg, seed=19)
     got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
     assert compare(cfg, got, want, feeds) == []
+
+
+def test_the_installed_cli_refuses_a_malformed_model(tmp_path):
+    """The installed command, in a subprocess, on one case: what a user runs."""
+    c = CASE_BY_ID["num_heads_zero"]
+    proc = subprocess.run([CLI, "compile", str(_save(c.build(), tmp_path / "m.onnx"))], capture_output=True, text=True, timeout=600)
+    assert proc.returncode > 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("gqa-torch-mlir: error:")
+    check_diagnostic(c, proc.stderr, "CLI")
