@@ -13,7 +13,9 @@ both entry points:
   message names the attribute, input or output at fault and what is
   supported or expected;
 * CLI: ``gqa-torch-mlir compile MODEL.onnx`` exits non-zero with the same
-  diagnostic on stderr and no Python traceback on stdout or stderr.
+  diagnostic on stderr and no Python traceback on stdout or stderr (the
+  command's ``main`` in process for every case, the installed command in a
+  subprocess for one).
 
 Each case also records what onnxruntime 1.32 (CPU provider) does with the
 model -- rejects it at session creation ("load"), rejects it at ``run`` with
