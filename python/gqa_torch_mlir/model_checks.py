@@ -28,7 +28,6 @@ from .registry import REGISTRY
 #: Attribute types our contrib-op lowerings read; the others have no MLIR form in the importer.
 PLAIN_ATTRIBUTE_TYPES = (AttributeProto.INT, AttributeProto.FLOAT, AttributeProto.STRING,
                          AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS)
-CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
 
 
 def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -174,6 +173,13 @@ def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
 # -- nodes and names ---------------------------------------------------------------------
 
 
+def _lowered(node: onnx.NodeProto) -> bool:
+    """Whether one of our lowerings (or guards) takes this node: the importer drops a graph
+    attribute on it silently."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return any(e.domain == domain for e in REGISTRY.candidates("onnx." + node.op_type))
+
+
 def _lowered_contrib_op(node: onnx.NodeProto) -> bool:
     return node.domain not in ("", "ai.onnx") and any(e.domain == node.domain for e in REGISTRY.candidates("onnx." + node.op_type))
 
@@ -184,7 +190,7 @@ def _check_nodes(graph: onnx.GraphProto) -> None:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             _fail(f"{_node_label(node)}: attribute '{twice[0]}' is given more than once (onnxruntime rejects the model)")
-        if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+        if not _lowered(node):  # others (control flow, BeamSearch's subgraphs...) are the importer's
             continue
         for attr in node.attribute:
             if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):

@@ -936,3 +936,16 @@ def test_the_installed_cli_refuses_a_malformed_model(tmp_path):
     assert proc.returncode > 0 and "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith("gqa-torch-mlir: error:")
     check_diagnostic(c, proc.stderr, "CLI")
+
+
+def test_graph_attributes_of_ops_we_do_not_lower_are_left_to_the_importer():
+    """BeamSearch, If and friends take graphs: only ops we lower are checked for a graph attribute."""
+    from gqa_torch_mlir.model_checks import prepare_for_import
+
+    model = make_model(DECODE)
+    body = helper.make_graph([], "decoder", [], [])
+    model.graph.node.append(helper.make_node("BeamSearch", ["query"], ["beams"], domain="com.microsoft", decoder=body))
+    prepare_for_import(model)  # no refusal
+    model.graph.node[0].attribute.append(helper.make_attribute("decoder", body))
+    with pytest.raises(GqaTorchMlirError, match="attribute 'decoder' is a graph, which GroupQueryAttention does not take"):
+        prepare_for_import(model)

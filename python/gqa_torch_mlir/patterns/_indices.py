@@ -30,8 +30,8 @@ class Indices:
     """An op's integer index input: its Tensor and, for a graph constant whose values the
     IR holds inline, those values (checked at compile time against static bounds)."""
 
-    def __init__(self, tensor: Tensor, values: Optional[np.ndarray], constant: bool):
-        self.tensor, self.values, self.constant = tensor, values, constant
+    def __init__(self, tensor: Tensor, values: Optional[np.ndarray]):
+        self.tensor, self.values = tensor, values
 
 
 def index_input(b: OpBinder, slot: int) -> Optional[Indices]:
@@ -42,7 +42,7 @@ def index_input(b: OpBinder, slot: int) -> Optional[Indices]:
     constant = b.input_is_constant(slot)
     if constant and _produced_by(b, 0, "onnx.Shape"):
         return None  # shape arithmetic, which torch-mlir folds (the pipeline checks such constants on the ONNX model)
-    return Indices(indices, _constant_values(b, slot) if constant else None, constant)
+    return Indices(indices, _constant_values(b, slot) if constant else None)
 
 
 def _produced_by(b: OpBinder, slot: int, onnx_op_name: str) -> bool:
