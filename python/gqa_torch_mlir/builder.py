@@ -208,6 +208,18 @@ class TorchBuilder:
             return a * b
         return self.op("torch.aten.mul.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
 
+    def dim_floordiv(self, a: Dim, b: Dim) -> Dim:
+        """a // b rounded toward -inf (Python's and ``aten.floordiv.int``'s rule); b must not be 0."""
+        if isinstance(a, int) and isinstance(b, int) and b != 0:
+            return a // b
+        return self.op("torch.aten.floordiv.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
+    def dim_remainder(self, a: Dim, b: Dim) -> Dim:
+        """a % b with the divisor's sign (Python's and ``aten.remainder.int``'s rule); b must not be 0."""
+        if isinstance(a, int) and isinstance(b, int) and b != 0:
+            return a % b
+        return self.op("torch.aten.remainder.int", [self.dim_value(a), self.dim_value(b)], ["!torch.int"])[0]
+
     def dim_lt(self, a: Dim, b: Dim):
         """a < b as a !torch.bool value."""
         return self.op("torch.aten.lt.int", [self.dim_value(a), self.dim_value(b)], ["!torch.bool"])[0]

@@ -17,7 +17,7 @@ Letters: R the target rank, n the data's element count.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, NamedTuple
 
 from ..binder import OpBinder
 from ..builder import Dim, TorchBuilder
@@ -76,41 +76,59 @@ def _resolved_dim(tb: TorchBuilder, data, shape, i: int, allow_zero: bool) -> Di
     return tb.dim_add(s, tb.dim_mul(_is_zero(tb, s), tb.size(data, i)))  # s, or data dim i when s == 0
 
 
-def _checked_dims(tb: TorchBuilder, dims: List[Dim], n: Dim) -> List[Dim]:
-    """The target dims with the -1 inferred, checked against n; [n, 1, ..] when a check fails."""
+class _Scan(NamedTuple):
+    """What the checks need of the target dims, as !torch.int values (or folded ints)."""
+
+    minus_ones: Dim  # how many dims are -1
+    negatives: Dim  # how many are < 0 (-1 included)
+    zeros: Dim  # how many are 0
+    divisible: Dim  # 1 if each dim (-1 and 0 as 1) divided what was left of n, else 0
+    rest: Dim  # n divided by every dim in turn: exact, so no product can overflow
+
+
+def _scan(tb: TorchBuilder, dims: List[Dim], n: Dim) -> _Scan:
     minus_ones = negatives = zeros = 0
     divisible: Dim = 1
-    rest: Dim = n  # n divided by every dim seen so far (-1 and 0 count as 1): exact, never overflows
+    rest: Dim = n
     for d in dims:
         minus_ones = tb.dim_add(minus_ones, _flag(tb, tb.dim_eq(d, -1)))
         negatives = tb.dim_add(negatives, _flag(tb, tb.dim_lt(d, 0)))
         zeros = tb.dim_add(zeros, _is_zero(tb, d))
         divisor = tb.dim_max(d, 1)
-        remainder = tb.op("torch.aten.remainder.int", [tb.dim_value(rest), tb.dim_value(divisor)], ["!torch.int"])[0]
-        divisible = tb.dim_mul(divisible, _is_zero(tb, remainder))
-        rest = tb.op("torch.aten.floordiv.int", [tb.dim_value(rest), tb.dim_value(divisor)], ["!torch.int"])[0]
-    one_inferred = _flag(tb, tb.dim_eq(minus_ones, 1))
-    signs_ok = tb.dim_eq(tb.dim_mul(_flag(tb, tb.dim_eq(negatives, minus_ones)), _flag(tb, tb.dim_le(minus_ones, 1))), 1)
+        divisible = tb.dim_mul(divisible, _is_zero(tb, tb.dim_remainder(rest, divisor)))
+        rest = tb.dim_floordiv(rest, divisor)
+    return _Scan(minus_ones, negatives, zeros, divisible, rest)
+
+
+def _checked_dims(tb: TorchBuilder, dims: List[Dim], n: Dim) -> List[Dim]:
+    """The target dims with the -1 inferred, checked against n; [n, 1, ..] when a check fails."""
+    scan = _scan(tb, dims, n)
+    ok = _checks(tb, scan, n)
+    out = []
+    for i, d in enumerate(dims):
+        resolved = tb.dim_add(d, tb.dim_mul(_flag(tb, tb.dim_eq(d, -1)), tb.dim_add(scan.rest, 1)))  # -1 -> rest
+        fallback = n if i == 0 else 1
+        out.append(tb.dim_add(tb.dim_mul(ok, resolved), tb.dim_mul(tb.dim_sub(1, ok), fallback)))
+    return out
+
+
+def _checks(tb: TorchBuilder, scan: _Scan, n: Dim) -> Dim:
+    """onnxruntime's three rules on the target dims, each a named run-time check; 1 if all hold, else 0."""
+    one_inferred = _flag(tb, tb.dim_eq(scan.minus_ones, 1))
+    signs_ok = tb.dim_eq(tb.dim_mul(_flag(tb, tb.dim_eq(scan.negatives, scan.minus_ones)), _flag(tb, tb.dim_le(scan.minus_ones, 1))), 1)
     tb.runtime_assert(signs_ok, "Reshape: shape may hold one -1 and no other negative value (onnxruntime rejects it)")
-    no_zero = _is_zero(tb, zeros)
+    no_zero = _is_zero(tb, scan.zeros)
     inferable = tb.dim_sub(1, tb.dim_mul(one_inferred, tb.dim_sub(1, no_zero)))  # no -1, or no 0 next to it
     tb.runtime_assert(
         tb.dim_eq(inferable, 1),
         "Reshape: a -1 in shape cannot be inferred next to a dimension of 0 (the ONNX spec and onnxruntime reject it)",
     )
-    exact = tb.dim_mul(tb.dim_mul(no_zero, divisible), _flag(tb, tb.dim_eq(rest, 1)))  # the dims multiply to n > 0 ...
-    empty = tb.dim_mul(_flag(tb, tb.dim_le(1, zeros)), _is_zero(tb, n))  # ... or hold a 0 and n == 0
-    sized = tb.dim_add(tb.dim_mul(one_inferred, divisible), tb.dim_mul(tb.dim_sub(1, one_inferred), tb.dim_max(exact, empty)))
+    exact = tb.dim_mul(tb.dim_mul(no_zero, scan.divisible), _flag(tb, tb.dim_eq(scan.rest, 1)))  # the dims multiply to n > 0 ...
+    empty = tb.dim_mul(_flag(tb, tb.dim_le(1, scan.zeros)), _is_zero(tb, n))  # ... or hold a 0 and n == 0
+    sized = tb.dim_add(tb.dim_mul(one_inferred, scan.divisible), tb.dim_mul(tb.dim_sub(1, one_inferred), tb.dim_max(exact, empty)))
     tb.runtime_assert(
         tb.dim_eq(sized, 1),
         "Reshape: the dims of shape must multiply to the data's element count (with a -1: divide it) "
         "(onnxruntime rejects it otherwise)",
     )
-    fits = tb.dim_mul(inferable, sized)
-    ok = tb.dim_mul(fits, _flag(tb, signs_ok))
-    out = []
-    for i, d in enumerate(dims):
-        resolved = tb.dim_add(d, tb.dim_mul(_flag(tb, tb.dim_eq(d, -1)), tb.dim_add(rest, 1)))  # -1 -> rest
-        fallback = n if i == 0 else 1
-        out.append(tb.dim_add(tb.dim_mul(ok, resolved), tb.dim_mul(tb.dim_sub(1, ok), fallback)))
-    return out
+    return tb.dim_mul(tb.dim_mul(inferable, sized), _flag(tb, signs_ok))
