@@ -39,6 +39,8 @@ def lower_runtime_reshape(b: OpBinder, tb: TorchBuilder):
         flat_N = tb.unsqueeze(data, 0)  # [] -> [1]
     else:
         flat_N = tb.flatten(data, 0, data.rank - 1) if data.rank > 1 else data  # [d0, .., dk] -> [n]
+    if len(out) == 1:  # [n] is the result (checked above); torch-mlir's unflatten of a static [n] to [?] segfaults
+        return [b.declared_result(tb, 0, flat_N, "reshaped")]
     unflattened = tb.tensor_op("torch.aten.unflatten.int", [flat_N.value, tb.int(0), tb.int_list(out)], (None,) * len(out), data.dtype)
     return [b.declared_result(tb, 0, unflattened, "reshaped")]
 
