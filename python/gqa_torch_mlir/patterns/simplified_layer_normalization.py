@@ -5,7 +5,7 @@ model builder emits it there).  Dimension letters:
   N   the dims before ``axis`` (one row each)
   D   the normalized dims, ``axis`` to the last (one dim with the default axis -1)
 
-    Y = X / sqrt(mean(X^2 over D) + epsilon) * scale
+    Y = X / sqrt(mean(X^2 over D) + epsilon) * scale      (scale broadcast to X, NumPy-style, as onnxruntime)
     inv_std_var = 1 / sqrt(mean(X^2 over D) + epsilon), shaped [N..., 1...]
 
 f16 and f32 inputs are computed in f32 and f64 in f64 (onnxruntime's kernel
@@ -23,6 +23,9 @@ from ..registry import Refusal, onnx_op
 
 # onnxruntime's CPU kernels take these (bf16 has no CPU kernel to check against).
 SUPPORTED_DTYPES = ("f32", "f16", "f64")
+# onnxruntime reads stash_type as the inv_std_var element type: 1 (float) and 0 give the same float statistics.
+STASH_TYPES = (1, 0)
+_OP = "SimplifiedLayerNormalization"
 
 
 @onnx_op("SimplifiedLayerNormalization", domain="", since=1)
@@ -37,10 +40,15 @@ def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
             "input 1 'scale'",
         )
     axis = read_axis(b, x_ND.rank)
-    check_scale_shape(scale_D, x_ND.shape[axis:], "input 1 'scale'")
+    check_normalized_size(tb, x_ND, axis)
+    check_scale_shape(scale_D, x_ND.shape, "input 1 'scale'")
+    scale_D = checked_like(tb, scale_D, x_ND, _OP + ": input 1 'scale'")
     stash_type = b.attr_int("stash_type", 1)
-    if stash_type != 1:
-        raise Refusal(f"value {stash_type} is not supported; supported: 1 (float statistics)", "attribute 'stash_type'")
+    if stash_type not in STASH_TYPES:
+        raise Refusal(
+            f"value {stash_type} is not supported; supported: 1 or 0 (float statistics; onnxruntime's CPU kernel computes both alike)",
+            "attribute 'stash_type'",
+        )
     epsilon = b.attr_float("epsilon", 1e-5)
     y_ND, inv_std_N1 = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype)
     results = [y_ND, inv_std_N1][: b.num_results]
@@ -59,13 +67,40 @@ def read_axis(b: OpBinder, rank: int) -> int:
     return axis % rank
 
 
-def check_scale_shape(scale: Tensor, normalized: Sequence[Optional[int]], subject: str) -> None:
-    """scale must have the normalized dims' shape (unknown dims match anything)."""
-    fits = scale.rank == len(normalized) and all(s is None or d is None or s == d for s, d in zip(scale.shape, normalized))
+def check_normalized_size(tb: TorchBuilder, x: Tensor, axis: int) -> None:
+    """X.shape[axis:] must hold at least one element (onnxruntime rejects an empty row)."""
+    for d in range(axis, x.rank):
+        if x.shape[d] == 0:
+            raise Refusal(f"dimension {d} is 0; supported: normalized dims (axis {axis} on) of size >= 1", "input 0 'X'")
+        if x.shape[d] is None:
+            tb.runtime_assert(tb.dim_le(1, tb.size(x, d)), f"{_OP}: X dimension {d} is normalized and must be >= 1 (onnxruntime rejects an empty row)")
+
+
+def check_scale_shape(scale: Tensor, x_shape: Sequence[Optional[int]], subject: str) -> None:
+    """scale must broadcast to X as NumPy does (right-aligned, each dim 1 or X's; unknown dims match anything)."""
+    lead = len(x_shape) - scale.rank
+    fits = lead >= 0 and all(s is None or d is None or s in (1, d) for s, d in zip(scale.shape, x_shape[lead:]))
     if not fits:
-        want = "[" + ",".join("?" if d is None else str(d) for d in normalized) + "]"
+        want = "[" + ",".join("?" if d is None else str(d) for d in x_shape) + "]"
         got = "[" + ",".join("?" if d is None else str(d) for d in scale.shape) + "]"
-        raise Refusal(f"shape {got} is not supported; supported: the normalized dims of X, {want}", subject)
+        raise Refusal(f"shape {got} is not supported; supported: a shape that broadcasts to X's, {want} (as onnxruntime)", subject)
+
+
+def checked_like(tb: TorchBuilder, t: Tensor, x: Tensor, what: str) -> Tensor:
+    """``t`` (right-aligned to ``x``) with each dim only known at run time checked to be x's.
+
+    A dim of ``t`` that is dynamic while x's is static is refined to it; a dim
+    of ``x`` that is dynamic is compared with ``t``'s (a static 1 of ``t``
+    broadcasts).  torch-mlir's broadcasts trust the types otherwise: a short
+    ``t`` was read out of bounds on iree-cpu.
+    """
+    lead = x.rank - t.rank
+    refined = {i: x.shape[lead + i] for i in range(t.rank) if t.shape[i] is None and x.shape[lead + i] is not None}
+    t = tb.refine(t, refined, what, " (onnxruntime rejects it)")
+    for i in range(t.rank):
+        if x.shape[lead + i] is None and t.shape[i] != 1:
+            tb.check_dim(t, i, tb.size(x, lead + i), f"{what} dimension {i} must be the input's dimension {lead + i} (onnxruntime rejects it)")
+    return t
 
 
 def compute_dtype(dtype: str) -> str:

@@ -20,18 +20,23 @@ from typing import List
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
 from ..registry import Refusal, onnx_op
-from .simplified_layer_normalization import check_float_dtype, compute_dtype, rms_normalize
+from .simplified_layer_normalization import check_float_dtype, checked_like, compute_dtype, rms_normalize
 
 # onnxruntime's default for SkipLayerNormalization / SkipSimplifiedLayerNormalization.
 DEFAULT_EPSILON = 1e-12
+_OP = "SkipSimplifiedLayerNormalization"
 
 
 @onnx_op("SkipSimplifiedLayerNormalization", domain="com.microsoft", since=1)
 def lower_skip_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
     input_BSD, skip_BSD, gamma_D, bias_D = read_inputs(b)
     epsilon = b.attr_float("epsilon", DEFAULT_EPSILON)
-    if epsilon < 0:
+    if not epsilon >= 0:  # NaN too, as onnxruntime's check
         raise Refusal(f"value {epsilon} is not supported; supported: >= 0", "attribute 'epsilon'")
+    skip_BSD = checked_like(tb, skip_BSD, input_BSD, _OP + ": input 1 'skip'")
+    gamma_D = checked_like(tb, gamma_D, input_BSD, _OP + ": input 2 'gamma'")
+    if bias_D is not None:
+        bias_D = checked_like(tb, bias_D, input_BSD, _OP + ": input 3 'bias'")
     dtype, ct = input_BSD.dtype, compute_dtype(input_BSD.dtype)
     sum_BSD = tb.add(tb.to_dtype(input_BSD, ct), tb.to_dtype(skip_BSD, ct))  # [B,S,D] + [B|1,S,D] | [S,D] | [D]
     if bias_D is not None:
