@@ -1,11 +1,13 @@
-"""ONNX shape inference that continues past com.microsoft.GroupQueryAttention.
+"""ONNX shape inference that continues past com.microsoft.GroupQueryAttention (and our other contrib ops).
 
 ``onnx.shape_inference`` does not know contrib ops: it leaves their outputs,
 and everything computed from them, untyped, and torch-mlir's importer then
 declares those values ``!torch.none``, which its ONNX lowerings refuse.  Here
 each GroupQueryAttention output gets a ``value_info`` computed from the node's
 input types (onnxruntime's schema), and inference runs again; one round per
-GroupQueryAttention that depends on another, at most.
+GroupQueryAttention that depends on another, at most.  An output of another
+lowered op ONNX does not know, declared with an element type but no shape,
+gets its rank.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     model = infer_shapes(model)
     _rank_unshaped_gqa_inputs(model.graph)
+    _rank_unshaped_contrib_outputs(model.graph)
     for _ in range(sum(1 for n in model.graph.node if (n.domain, n.op_type) == GQA)):
         if not _type_gqa_outputs(model.graph):
             break
@@ -125,5 +128,37 @@ def _rank_unshaped_gqa_inputs(graph: onnx.GraphProto) -> None:
             rank = _SLOT_RANKS.get(slot, 4 if per_channel else 1 if slot in (12, 13) else None)
             if name in unshaped and rank is not None:
                 shape = unshaped.pop(name).type.tensor_type.shape
+                for i in range(rank):
+                    shape.dim.add().dim_param = f"{name}_dim{i}"
+
+
+# The output ranks of the other lowered ops ONNX's inference does not know, from their input ranks.
+_OUTPUT_RANKS = {
+    ("com.microsoft", "MatMulNBits"): lambda r: r[0],  # A [..., K] -> [..., N]
+    ("com.microsoft", "GatherBlockQuantized"): lambda r: None if r[1] is None else r[0] + r[1] - 1,  # data at indices
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): lambda r: r[0],  # every output has the input's rank
+    ("", "SimplifiedLayerNormalization"): lambda r: r[0],  # Y and inv_std_var
+}
+
+
+def _rank_unshaped_contrib_outputs(graph: onnx.GraphProto) -> None:
+    """Give an output of those ops declared with an element type but no shape its rank, in unknown dims.
+
+    torch-mlir's importer types it as rank 0, which the lowering would refuse as a
+    contradicting declaration; onnxruntime runs such a model.
+    """
+    declared = {vi.name: vi for vi in list(graph.output) + list(graph.value_info)}
+    types = _known_types(graph)
+    for node in graph.node:
+        rule = _OUTPUT_RANKS.get((node.domain, node.op_type))
+        if rule is None:
+            continue
+        ranks = [len(_dims(types[name])) if name in types else None for name in list(node.input) + ["", ""]]
+        if ranks[0] is None or (rank := rule(ranks)) is None:
+            continue
+        for name in node.output:
+            vi = declared.get(name)
+            if vi is not None and vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                shape = vi.type.tensor_type.shape
                 for i in range(rank):
                     shape.dim.add().dim_param = f"{name}_dim{i}"

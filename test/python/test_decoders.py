@@ -523,6 +523,16 @@ def test_empty_batch_or_sequence(op, sizes, tmp_path):
         assert (ours.results[name].shape, ours.results[name].dtype) == (want.shape, want.dtype), name
 
 
+@pytest.mark.parametrize("op", sorted(EMPTY_MODELS))
+def test_outputs_declared_without_shape(op):
+    """Graph outputs with an element type and no shape (legal ONNX, onnxruntime runs it): the importer
+    typed them rank 0, and the lowering refused the contradicting declaration."""
+    model, feeds = EMPTY_MODELS[op](np.random.default_rng(RNG_SEED), {"b": 2, "s": 3})
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    assert_matches_onnxruntime(model, feeds, atol=1e-4, rtol=1e-5)
+
+
 # -- Gelu -----------------------------------------------------------------------------
 
 
