@@ -159,6 +159,10 @@ class TorchBuilder:
         attr = lambda: self.ir.BoolAttr.get(bool(v), self.types.context)
         return self._cached(("bool", bool(v)), lambda: self.op("torch.constant.bool", [], ["!torch.bool"], {"value": attr()})[0])
 
+    def string(self, v: str):
+        attr = lambda: self.ir.StringAttr.get(v, self.types.context)
+        return self._cached(("str", v), lambda: self.op("torch.constant.str", [], ["!torch.str"], {"value": attr()})[0])
+
     def none(self):
         return self._cached(("none",), lambda: self.op("torch.constant.none", [], ["!torch.none"])[0])
 

@@ -160,3 +160,38 @@ def test_constant_indices_in_range_still_fold(backend, tmp_path):
     theirs = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")
     for got, want in zip(ours, theirs):
         np.testing.assert_array_equal(got.results["Y"], want.results["Y"])
+
+
+def scatter_elements_min_max_model(reduction: str):
+    return node_model("ScatterElements", [("X", F, ["a", 5]), ("idx", I64, ["a", 4]), ("U", F, ["a", 4])], ["a", 5], axis=-1, reduction=reduction)
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_scatter_elements_min_max(backend, tmp_path):
+    """reduction max/min (torch-mlir's conversion has none: lowered here): duplicate and negative
+    indices give onnxruntime's values; out of range, or with a NaN (whose fate in onnxruntime
+    depends on the update order), a named check fails."""
+    rng = np.random.default_rng(7)
+    model = scatter_elements_min_max_model("max")
+    duplicates = np.array([[1, 1, -1, 0], [2, -3, 2, 4], [0, 0, 0, 0]], np.int64)
+    good = [{"X": rng.standard_normal((3, 5)).astype(np.float32), "idx": duplicates, "U": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
+    hostile = [dict(good[0], idx=np.full((3, 4), v, np.int64)) for v in HOSTILE[:2]]
+    nan_update = dict(good[0], U=np.where(np.arange(4) == 1, np.nan, good[0]["U"]).astype(np.float32))
+    feeds = good + hostile + [nan_update]
+    ours = run_isolated_each(model, feeds, tmp_path / "ours", backend=backend)
+    theirs = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")
+    for got, want in zip(ours[:2], theirs[:2]):
+        np.testing.assert_array_equal(got.results["Y"], want.results["Y"])
+    for got, want in zip(ours[2:4], theirs[2:4]):
+        assert want.results is None and "gqa-torch-mlir: ScatterElements: indices must lie in" in got.error[1], got.describe()
+    assert theirs[4].results is not None  # onnxruntime computes it; ours refuses it by name
+    assert "ScatterElements: reduction 'max' with a NaN in the updates is not supported" in ours[4].error[1], ours[4].describe()
+
+
+def test_scatter_elements_min_with_constant_indices(tmp_path):
+    """Constant in-range indices (checked when compiling) with reduction min."""
+    model = _constant_index_model("ScatterElements", [[1, -1, 3], [1, 0, 0]], updates=(2, 3), axis=1, reduction="min")
+    feeds = [{"X": data(4, 5) - 10, "U": np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32) * 20}]
+    got = run_isolated_each(model, feeds, tmp_path / "ours")[0]
+    want = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")[0]
+    np.testing.assert_array_equal(got.results["Y"], want.results["Y"])
