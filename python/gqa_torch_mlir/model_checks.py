@@ -43,7 +43,7 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
     proto = infer_shapes_with_contrib_ops(proto)
     _type_graph_outputs(proto.graph)
     _check_constant_indices(proto.graph)
-    return with_node_domains_imported(proto)
+    return _unnamed_nodes_labelled(with_node_domains_imported(proto))
 
 
 def _fail(message: str) -> None:
@@ -65,6 +65,20 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     for g in all_graphs(graph):
         yield from g.node
+
+
+def _unnamed_nodes_labelled(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Every unnamed node named by its position: the importer makes a node's name its location,
+    and each diagnostic of a later stage starts with it (``""`` for an unnamed one)."""
+    if all(node.name for node in all_nodes(proto.graph)):
+        return proto
+    proto = _copy(proto)
+    for graph in all_graphs(proto.graph):
+        where = "" if graph is proto.graph else f" of graph '{graph.name}'"
+        for i, node in enumerate(graph.node):
+            if not node.name:
+                node.name = f"node #{i}{where} (unnamed)"
+    return proto
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -247,7 +247,8 @@ def test_simplified_layer_norm(dtype, axis):
 
 def test_simplified_layer_norm_refusals():
     x, s = ("X", np.float32, ["b", 8]), ("scale", np.float32, [8])
-    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(stash_type=2)), "attribute 'stash_type'")
+    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(stash_type=2)), "attribute 'stash_type'",
+                   '"node #0 (unnamed)"')  # an unnamed node's location: its position (it was "")
     not_broadcast = [x, ("scale", np.float32, [1, 2, 8])]  # a rank above X's
     assert_refused(node_model("SimplifiedLayerNormalization", not_broadcast, [("Y", np.float32, ["b", 8])]), "input 1 'scale'", "broadcasts to X")
     empty_row = [("X", np.float32, ["b", 0]), ("scale", np.float32, [1])]
