@@ -17,6 +17,7 @@ These tests need the ``iree`` extra (iree-base-compiler, iree-base-runtime).
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import subprocess
@@ -113,6 +114,13 @@ def test_output_selection_and_repeated_runs():
     other = make_inputs(other_cfg, seed=2)
     assert_matches(other_cfg, run_session(sess, other), run_onnxruntime(model, other), other)
     assert_matches(cfg, run_session(sess, first), want, first, "first feeds again")
+    # A view of a result (serving code's logits[:, -1]) outlives the result itself: the device
+    # buffer must too (it was freed with the result, and later calls overwrote the view).
+    last_row = sess.run(["output"], first)[0][:, -1]
+    for seed in range(3, 13):
+        sess.run(None, make_inputs(cfg, seed=seed))
+        gc.collect()
+    np.testing.assert_allclose(last_row, want["output"][:, -1], atol=1e-5)
     with pytest.raises(RuntimeInvocationError, match="missing"):
         sess.run(None, {k: v for k, v in first.items() if k != "seqlens_k"})
 

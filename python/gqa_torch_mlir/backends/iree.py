@@ -486,9 +486,25 @@ class IreeCompiledModule:
         host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
         if function == self.function and i < len(self._output_dtypes) and host.dtype != self._output_dtypes[i]:
             return host.astype(self._output_dtypes[i])  # IREE returns i1 as i8: a copy, not shared
+        if hasattr(r, "to_host"):
+            host = np.asarray(_KeepsDeviceArray(host, r))
         if self.share_buffers and hasattr(r, "to_host"):
             self._resident.remember(host, r)
         return host
+
+
+class _KeepsDeviceArray:
+    """The owner of a mapped result's memory as NumPy sees it (every view's ``base``).
+
+    The mapping IREE hands out does not keep its device buffer alive: once the
+    DeviceArray was gone, a view of the result (``logits[:, -1]``) kept only
+    the mapping and read memory later calls had reused.  Holding the
+    DeviceArray here ties the buffer's life to the last view of it.
+    """
+
+    def __init__(self, host: np.ndarray, device_array) -> None:
+        self._device_array = device_array
+        self.__array_interface__ = host.__array_interface__
 
 
 class _ResidentArrays:
