@@ -417,7 +417,6 @@ def test_matmul_nbits_refusals():
     rng = np.random.default_rng(RNG_SEED)
     assert_refused(matmul_nbits_model(rng, 64, 8, 32, bits=2)[0], "attribute 'bits'", "value 2")
     assert_refused(matmul_nbits_model(rng, 64, 8, 32, weight_prepacked=1)[0], "attribute 'weight_prepacked'")
-    assert_refused(matmul_nbits_model(rng, 64, 8, 32, level=5)[0], "attribute 'accuracy_level'")
     assert_refused(matmul_nbits_model(rng, 64, 8, 24)[0], "attribute 'block_size'")
     model, _ = matmul_nbits_model(rng, 64, 8, 32)
     g_idx = numpy_helper.from_array(np.arange(64, dtype=np.int32) // 32, "g_idx")

@@ -13,26 +13,37 @@ q are bits-bit values packed low bits first; zero points are packed the same
 way ([V, Z] bytes) or, when absent, 2^(bits-1).  An index outside [-V, V)
 gives a row of zeros, as onnxruntime.  The product is computed in f32 and
 rounded to the scales' type (the output type).
+
+data must be static; V, D and Db come from its shape.  A dim of scales or
+zero points declared symbolic is checked at run time against [V, Db] or
+[V, Z] (a named check; onnxruntime checks them on every call), then refined
+to it.  Negative axes count from data's rank, as onnxruntime counts them
+(gather_axis -2 is 0, quantize_axis -1 is 1).
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
 from ..registry import Refusal, onnx_op
-from .matmul_nbits import unpack_bits
+from .matmul_nbits import checked_static, unpack_bits
 
 SUPPORTED_BITS = (4, 8)
 SCALE_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernel (bf16 throws)
+_OP = "GatherBlockQuantized"
+_REJECTS = " (onnxruntime rejects it)"
 
 
 @onnx_op("GatherBlockQuantized", domain="com.microsoft", since=1)
 def lower_gather_block_quantized(b: OpBinder, tb: TorchBuilder) -> List:
     bits, L = read_attributes(b)
-    data_VC, indices_I, scales_VDb, zero_points_VZ = read_inputs(b, bits, L)
-    index_I, in_range_I = wrapped_indices(tb, indices_I, data_VC.shape[0])
+    data_VC, indices_I, scales, zero_points = read_inputs(b, bits, L)
+    V, Db, Z = block_counts(data_VC, bits, L)
+    scales_VDb = refined(tb, scales, (V, Db), "input 2 'scales'")  # [V|?,Db|?] -> [V,Db]
+    zero_points_VZ = refined_by_cast(tb, zero_points, (V, Z), "input 3 'zero_points'")  # [V|?,Z|?] -> [V,Z]
+    index_I, in_range_I = wrapped_indices(tb, indices_I, V)
     out_ID = dequantized_rows(tb, data_VC, scales_VDb, zero_points_VZ, index_I, bits, L)
     out_ID = tb.where_else_scalar(tb.unsqueeze(in_range_I, -1), out_ID, 0.0)  # rows of out-of-range indices are 0
     return [b.declared_result(tb, 0, tb.to_dtype(out_ID, scales_VDb.dtype))]
@@ -41,7 +52,7 @@ def lower_gather_block_quantized(b: OpBinder, tb: TorchBuilder) -> List:
 def dequantized_rows(tb: TorchBuilder, data_VC, scales_VDb, zero_points_VZ, index_I, bits: int, L: int) -> Tensor:
     """(q - zero_point) * scale of the rows at ``index_I``, in f32: [I...,D]."""
     q_ID = tb.to_dtype(unpack_bits(tb, tb.gather_rows(data_VC, index_I), bits), "f32")  # [V,C] at [I] -> [I...,C] -> [I...,D]
-    D, Db = q_ID.shape[-1], scales_VDb.shape[1]
+    D, Db = q_ID.shape[-1], block_counts(data_VC, bits, L)[1]  # from data's static shape
     scale_IDb = tb.to_dtype(tb.gather_rows(scales_VDb, index_I), "f32")  # [V,Db] at [I] -> [I...,Db]
     if zero_points_VZ is None:
         centered_ID = tb.add_float(q_ID, -float(1 << (bits - 1)))  # q - 2^(bits-1)
@@ -59,10 +70,22 @@ def read_attributes(b: OpBinder):
     L = b.attr_int("block_size", 128)
     if L < 16 or L & (L - 1):
         raise Refusal(f"value {L} is not supported; supported: a power of 2, >= 16", "attribute 'block_size'")
-    gather_axis = b.attr_int("gather_axis", 0)
-    if gather_axis != 0:
-        raise Refusal(f"value {gather_axis} is not supported; supported: 0 (onnxruntime's only axis for uint8 data)", "attribute 'gather_axis'")
     return bits, L
+
+
+def read_axes(b: OpBinder, rank: int) -> None:
+    """gather_axis 0 and quantize_axis the last, negative ones counted from data's ``rank`` as onnxruntime."""
+    gather_axis = b.attr_int("gather_axis", 0)
+    if normalized_axis(gather_axis, rank) != 0:
+        raise Refusal(f"value {gather_axis} is not supported; supported: 0 or {-rank} (onnxruntime's only axis for uint8 data)", "attribute 'gather_axis'")
+    quantize_axis = b.attr_int("quantize_axis", 1)
+    if normalized_axis(quantize_axis, rank) != rank - 1:
+        raise Refusal(f"value {quantize_axis} is not supported; supported: {rank - 1} or -1, the last axis (uint8 data)", "attribute 'quantize_axis'")
+
+
+def normalized_axis(axis: int, rank: int) -> Optional[int]:
+    """``axis`` in [0, rank), a negative one counted from the end; None outside [-rank, rank)."""
+    return axis + rank if -rank <= axis < 0 else axis if 0 <= axis < rank else None
 
 
 def read_inputs(b: OpBinder, bits: int, L: int):
@@ -72,14 +95,11 @@ def read_inputs(b: OpBinder, bits: int, L: int):
         raise Refusal(f"type {data.dtype} is not supported; supported: ui8 (bit-packed uint8)", "input 0 'data'")
     if data.rank != 2 or None in data.shape:
         raise Refusal(f"shape {list(data.shape)} is not supported; supported: static [rows, bytes]", "input 0 'data'")
-    quantize_axis = b.attr_int("quantize_axis", 1)
-    if quantize_axis not in (1, -1):
-        raise Refusal(f"value {quantize_axis} is not supported; supported: 1, the last axis (uint8 data)", "attribute 'quantize_axis'")
+    read_axes(b, data.rank)
     indices = b.tensor(1, "indices", required=True)
     if indices.dtype not in ("si32", "si64"):
         raise Refusal(f"type {indices.dtype} is not supported; supported: si32, si64", "input 1 'indices'")
-    V, D = data.shape[0], data.shape[1] * (8 // bits)
-    Db = -(-D // L)
+    V, Db, Z = block_counts(data, bits, L)
     scales = b.tensor(2, "scales", required=True)
     if scales.dtype not in SCALE_DTYPES:
         raise Refusal(f"type {scales.dtype} is not supported; supported: {', '.join(SCALE_DTYPES)}", "input 2 'scales'")
@@ -88,8 +108,33 @@ def read_inputs(b: OpBinder, bits: int, L: int):
     if zero_points is not None:
         if zero_points.dtype != "ui8":
             raise Refusal(f"type {zero_points.dtype} is not supported; supported: ui8, like data", "input 3 'zero_points'")
-        check_shape(zero_points, (V, -(-Db // (8 // bits))), "input 3 'zero_points'")
+        check_shape(zero_points, (V, Z), "input 3 'zero_points'")
     return data, indices, scales, zero_points
+
+
+def block_counts(data_VC: Tensor, bits: int, L: int):
+    """(V, Db, Z) from data's static [V,C]: Db = ceil(C * P / L) blocks a row, Z = ceil(Db / P) zero-point bytes."""
+    P = 8 // bits
+    V, D = data_VC.shape[0], data_VC.shape[1] * P
+    Db = -(-D // L)
+    return V, Db, -(-Db // P)
+
+
+def refined_by_cast(tb: TorchBuilder, t: Optional[Tensor], shape, subject: str) -> Optional[Tensor]:
+    """Like :func:`refined`, with ``TorchBuilder.refine``'s cast instead of slices (zero points).
+
+    IREE's code for the sliced zero points of a dynamic graph input crashed (SIGSEGV) on valid
+    feeds; with the cast, IREE's own shape assert on the input fails first (naming no input).
+    """
+    return None if t is None else tb.refine(t, dict(enumerate(shape)), f"{_OP}: {subject}", _REJECTS)
+
+
+def refined(tb: TorchBuilder, t: Optional[Tensor], shape, subject: str) -> Optional[Tensor]:
+    """``t`` with its dynamic dims refined to ``shape``, each checked at run time by name (None stays None).
+
+    onnxruntime checks them on every call; the lowered gathers would trust a wrong size.
+    """
+    return None if t is None else checked_static(tb, t, dict(enumerate(shape)), f"{_OP}: {subject}", _REJECTS)
 
 
 def check_shape(t: Tensor, shape, subject: str) -> None:

@@ -14,16 +14,25 @@ B ([N*Z] or [N, Z] bytes) or unpacked in A's type ([N*Kb]); without them the
 zero point is 2^(bits-1).  Everything is computed in f32 (onnxruntime widens
 f16 A and scales) and Y is rounded to A's type.
 
+A of rank 1 ([K]) is one row (M = 1): Y is [N], as onnxruntime gives.
+onnxruntime checks every input's shape on each call, so a dim declared
+symbolic (of B, scales, zero points, bias, or A's last) is checked at run
+time against the size above (a named check), then refined to it: the casts
+and broadcasts of the lowered code trust the types.
+
 ``accuracy_level`` 4 changes onnxruntime's results: where its CPU kernel
 runs the int8 path (B a constant with bit-packed or no zero points, bits 4
 or 8) A is quantized per block of L values along K to int8 — scale
 max|a| / 127, values round-half-even(a * 127 / max|a|) — before the product.
-The lowering reproduces that quantization; levels 0-3 compute in f32 there.
+The lowering reproduces that quantization.  Any other value computes in f32:
+onnxruntime's kernel (``GetComputeType`` in matmul_nbits.cc) picks the int8
+path only for exactly 4, so 0-3 and values it does not define (5, -1, ...)
+all take its f32 path; they are accepted as it accepts them.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
@@ -31,22 +40,25 @@ from ..registry import Refusal, onnx_op
 
 SUPPORTED_BITS = (4, 8)
 A_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernels (no bf16)
-INT8_ACCURACY_LEVEL = 4
+INT8_ACCURACY_LEVEL = 4  # the only level onnxruntime's CPU kernel runs in int8; every other value is f32
+_OP = "MatMulNBits"
+_REJECTS = " (onnxruntime rejects it)"
 
 
 @onnx_op("MatMulNBits", domain="com.microsoft", since=1)
 def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
     K, N, bits, L, level = read_attributes(b)
-    a_MK, packed_NKbB, scales, zero_points, bias_N = read_inputs(b, K, N, bits, L)
+    a, packed_NKbB, scales, zero_points, bias_N = (refined(tb, *spec) for spec in read_inputs(b, K, N, bits, L))
     quantize_a = level == INT8_ACCURACY_LEVEL and b.input_is_constant(1) and (zero_points is None or zero_points.dtype == "ui8")
     w_NK = dequantize_weight(tb, packed_NKbB, scales, zero_points, K, N, bits, L)
-    a_MK32 = tb.to_dtype(a_MK, "f32")
+    a_MK32 = tb.to_dtype(a if a.rank > 1 else tb.unsqueeze(a, 0), "f32")  # a rank-1 A: [K] -> [1,K]
     if quantize_a:
         a_MK32 = int8_block_quantized(tb, a_MK32, K, L)
     y_MN = tb.matmul(a_MK32, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
     if bias_N is not None:
         y_MN = tb.add(y_MN, tb.to_dtype(bias_N, "f32"))  # + [N]
-    return [b.declared_result(tb, 0, tb.to_dtype(y_MN, a_MK.dtype))]
+    y = y_MN if a.rank > 1 else tb.flatten(y_MN, 0, 1)  # a rank-1 A: [1,N] -> [N]
+    return [b.declared_result(tb, 0, tb.to_dtype(y, a.dtype))]
 
 
 def read_attributes(b: OpBinder):
@@ -63,9 +75,7 @@ def read_attributes(b: OpBinder):
     L = b.attr_int("block_size")
     if L < 16 or L & (L - 1):
         raise Refusal(f"value {L} is not supported; supported: a power of 2, >= 16", "attribute 'block_size'")
-    level = b.attr_int("accuracy_level", 0)
-    if not 0 <= level <= 4:
-        raise Refusal(f"value {level} is not supported; supported: 0-4 (4: int8 A as onnxruntime's CPU kernel)", "attribute 'accuracy_level'")
+    level = b.attr_int("accuracy_level", 0)  # any value, as onnxruntime: 4 is its int8 path, the others f32
     prepacked = b.attr_int("weight_prepacked", 0)
     if prepacked != 0:
         raise Refusal(f"value {prepacked} is not supported; supported: 0 (raw blockwise weights)", "attribute 'weight_prepacked'")
@@ -73,41 +83,74 @@ def read_attributes(b: OpBinder):
 
 
 def read_inputs(b: OpBinder, K: int, N: int, bits: int, L: int):
-    """A [M..,K], B [N,Kb,L*bits/8], scales, zero points, bias [N]; refuses g_idx."""
+    """A [M..,K] (or [K]), B [N,Kb,L*bits/8], scales, zero points, bias [N]; refuses g_idx.
+
+    Each as (tensor or None, {dim: size} it must have, subject), for :func:`refined`;
+    everything static is checked here, before any op is built.
+    """
     if b.has_input(4):
         raise Refusal("is not supported (deprecated act-order index); supported: absent", "input 4 'g_idx'")
     Kb, P = -(-K // L), 8 // bits
     a = b.tensor(0, "A", required=True)
     if a.dtype not in A_DTYPES:
         raise Refusal(f"type {a.dtype} is not supported; supported: {', '.join(A_DTYPES)}", "input 0 'A'")
-    if a.rank < 2 or a.shape[-1] not in (None, K):
-        raise Refusal(f"shape {list(a.shape)} is not supported; supported: [..., M, K={K}]", "input 0 'A'")
-    packed = b.tensor(1, "B", required=True)
-    expect_shape(packed, [(N, Kb, L // P)], "ui8", "input 1 'B'")
-    scales = b.tensor(2, "scales", required=True)
-    expect_shape(scales, [(N * Kb,), (N, Kb)], a.dtype, "input 2 'scales'")
-    zero_points = b.tensor(3, "zero_points")
-    if zero_points is not None:
+    if a.rank < 1 or a.shape[-1] not in (None, K):
+        raise Refusal(f"shape {list(a.shape)} is not supported; supported: [K={K}] or [..., M, K={K}]", "input 0 'A'")
+    specs = [(a, {a.rank - 1: K}, "input 0 'A'")]
+    specs.append(expect_shape(b.tensor(1, "B", required=True), [(N, Kb, L // P)], "ui8", "input 1 'B'"))
+    specs.append(expect_shape(b.tensor(2, "scales", required=True), [(N * Kb,), (N, Kb)], a.dtype, "input 2 'scales'"))
+    specs.append(expect_zero_points(b.tensor(3, "zero_points"), a.dtype, N, Kb, P))
+    specs.append(expect_shape(b.tensor(5, "bias"), [(N,)], a.dtype, "input 5 'bias'"))
+    return specs
+
+
+def expect_zero_points(zero_points: Optional[Tensor], a_dtype: str, N: int, Kb: int, P: int):
+    """Packed bytes [N*Z] or [N,Z] (Z = ceil(Kb / P)), or values in A's type [N*Kb] or [N,Kb]."""
+    subject = "input 3 'zero_points'"
+    if zero_points is not None and zero_points.dtype == "ui8":
         Z = -(-Kb // P)
-        if zero_points.dtype == "ui8":
-            expect_shape(zero_points, [(N * Z,), (N, Z)], "ui8", "input 3 'zero_points'")
-        else:
-            expect_shape(zero_points, [(N * Kb,), (N, Kb)], a.dtype, "input 3 'zero_points'")
-    bias = b.tensor(5, "bias")
-    if bias is not None:
-        expect_shape(bias, [(N,)], a.dtype, "input 5 'bias'")
-    return a, packed, scales, zero_points, bias
+        return expect_shape(zero_points, [(N * Z,), (N, Z)], "ui8", subject)
+    return expect_shape(zero_points, [(N * Kb,), (N, Kb)], a_dtype, subject)
 
 
-def expect_shape(t: Tensor, shapes, dtype: str, subject: str) -> None:
-    """``t`` has type ``dtype`` and one of ``shapes`` (unknown dims match)."""
+def expect_shape(t: Optional[Tensor], shapes, dtype: str, subject: str):
+    """``t`` has type ``dtype`` and one of ``shapes`` (unknown dims match): (t, that shape as {dim: size}, subject).
+
+    The shapes differ in rank, so the declared rank picks the one to refine to.
+    An absent optional input (None) has nothing to check.
+    """
+    if t is None:
+        return None, {}, subject
     if t.dtype != dtype:
         raise Refusal(f"type {t.dtype} is not supported; supported: {dtype}", subject)
     for shape in shapes:
         if len(shape) == t.rank and all(d is None or d == s for d, s in zip(t.shape, shape)):
-            return
+            return t, dict(enumerate(shape)), subject
     listed = " or ".join("[" + ",".join(map(str, s)) + "]" for s in shapes)
     raise Refusal(f"shape {list(t.shape)} is not supported; supported: {listed}", subject)
+
+
+def refined(tb: TorchBuilder, t: Optional[Tensor], dims: Dict[int, int], subject: str) -> Optional[Tensor]:
+    """``t`` with its dynamic ``dims`` made their static sizes, each checked at run time by name
+    (onnxruntime checks them on every call; the lowered code would trust a wrong size)."""
+    return None if t is None else checked_static(tb, t, dims, f"{_OP}: {subject}", _REJECTS)
+
+
+def checked_static(tb: TorchBuilder, t: Tensor, dims: Dict[int, int], what: str, why: str) -> Tensor:
+    """``TorchBuilder.refine``'s checks (message ``{what} dimension {i} must be {size}{why}``), then
+    each checked dim sliced to ``[0, size)``, typed static: [?,..] -> [size,..].
+
+    Not refine's cast: IREE folds a cast of a graph input into the input's import, whose own
+    shape assert then fails before our check and names no input.  After a passed check the
+    slice is the whole dim.
+    """
+    for d, size in dims.items():
+        if t.shape[d] is None:
+            tb.check_dim(t, d, size, f"{what} dimension {d} must be {size}{why}")
+    for d, size in dims.items():
+        if t.shape[d] is None:
+            t = tb.slice(t, d, 0, size, in_bounds=True)  # [..,?,..] -> [..,size,..]
+    return t
 
 
 def unpack_bits(tb: TorchBuilder, packed_XC: Tensor, bits: int) -> Tensor:
