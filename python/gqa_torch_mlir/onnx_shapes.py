@@ -95,9 +95,9 @@ def _output_elem(node: onnx.NodeProto, types, i: int) -> int:
 def _gqa_output_shapes(node: onnx.NodeProto, types) -> Optional[List[List]]:
     """[output, present_key, present_value, output_qk] shapes; unknown dims as None."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    H, Hkv = attrs.get("num_heads"), attrs.get("kv_num_heads")
+    H, Hkv = (_as_c_int(attrs.get(name)) for name in ("num_heads", "kv_num_heads"))  # as onnxruntime keeps them
     query = _dims(types[node.input[0]]) if node.input and node.input[0] in types else None
-    if not H or not Hkv or query is None or len(query) != 3 or not isinstance(query[2], int):
+    if not H or not Hkv or H < 0 or Hkv < 0 or query is None or len(query) != 3 or not isinstance(query[2], int):
         return None
     packed = len(node.input) < 2 or not node.input[1]
     Dh = query[2] // (H + 2 * Hkv) if packed else query[2] // H
@@ -105,6 +105,11 @@ def _gqa_output_shapes(node: onnx.NodeProto, types) -> Optional[List[List]]:
     quantized = attrs.get("k_quant_type", b"NONE") not in (b"NONE", "NONE")
     cache = [B, Hkv, None, Dh // 2 if quantized and attrs.get("kv_cache_bit_width") == 4 else Dh]  # int4: two values a byte
     return [[B, S, H * Dh], cache, cache, [B, H, S, None]]
+
+
+def _as_c_int(value):
+    """An int64 attribute as onnxruntime's static_cast<int> keeps it (None stays None)."""
+    return None if not isinstance(value, int) else (value + 2**31) % 2**32 - 2**31
 
 
 # The rank of each GroupQueryAttention input slot (total_sequence_length: a scalar, as unshaped imports).

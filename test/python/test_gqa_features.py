@@ -141,6 +141,25 @@ def test_flag_value_two_means_off_as_in_onnxruntime(name, cfg, attrs):
     assert not compare(cfg, _run_ours(make_model(cfg, attrs), feeds), off, feeds)
 
 
+# Attributes onnxruntime reads as int64 and keeps as a C int: the value past 32 bits wraps.
+NARROWED = [
+    ("local_window_size", 2**32 + 2),  # a window of 2 there (it was no window here, silently)
+    ("local_window_size", -(2**32) + 2),
+    ("num_heads", 2**32 + 4),  # 4 heads (refused here before)
+    ("qk_output", 2**32 + 1),
+    ("kv_cache_bit_width", 2**32),  # 0: no quantization
+]
+
+
+@pytest.mark.parametrize("name,value", NARROWED, ids=[f"{n}={v}" for n, v in NARROWED])
+def test_attributes_narrowed_to_int_as_in_onnxruntime(name, value):
+    cfg = C(batch=1, seq=4, num_heads=4, kv_num_heads=2, head_size=16)
+    model = make_model(cfg, {name: value})
+    feeds = make_inputs(cfg, seed=3)
+    problems = compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
+
+
 def _with_unused_scales(model, shape):
     """k_scale/v_scale (slots 12, 13) on a model whose cache is not quantized."""
     node = model.graph.node[0]

@@ -125,6 +125,23 @@ class GqaAttributes:
     kv_bits: int  # 0 (float cache), 8 or 4
 
 
+# Attributes onnxruntime's CPU kernel reads as int64 and keeps as a C int (static_cast<int>):
+# 2**32 + 2 is 2 there.  num_heads and kv_num_heads are checked > 0 before the cast.
+NARROWED_TO_INT = ("num_heads", "kv_num_heads", "local_window_size", "qk_output", "kv_cache_bit_width")
+
+
+def _narrowed(name: str, value: int, rule: AttrRule) -> int:
+    """``value`` as onnxruntime's int, two's complement; a head count must be > 0 before and after."""
+    narrowed = (value + 2**31) % 2**32 - 2**31
+    if name not in ("num_heads", "kv_num_heads"):
+        return narrowed
+    if value <= 0:
+        return value  # refused as it is, as onnxruntime's check before the cast
+    if narrowed <= 0:
+        raise Refusal(f"value {value} is {narrowed} as onnxruntime's 32-bit int; supported: {rule.supported}", f"attribute '{name}'")
+    return narrowed
+
+
 def _read(b: OpBinder, name: str, rule: AttrRule):
     getter = {"int": b.attr_int, "float": b.attr_float, "string": b.attr_str}[rule.kind]
     return getter(name) if name in ("num_heads", "kv_num_heads") else getter(name, rule.default)
@@ -140,6 +157,8 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
         if not b.has_attr(name) and rule.default is None and name not in ("num_heads", "kv_num_heads"):
             continue
         value = _read(b, name, rule)
+        if name in NARROWED_TO_INT:
+            value = _narrowed(name, value, rule)
         if not rule.accepts(value):
             raise Refusal(f"value {value!r} is not supported; supported: {rule.supported}", f"attribute '{name}'")
         values[name] = value
