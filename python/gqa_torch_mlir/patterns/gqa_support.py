@@ -339,6 +339,8 @@ def _head_size(t: dict, attrs: GqaAttributes) -> int:
         form = "num_heads" if t["key"] is not None else "num_heads + 2 * kv_num_heads (packed QKV)"
         raise Refusal(f"hidden size {hidden} is not a multiple of {form} = {heads_in_query}", _input_subject(0))
     head_size = hidden // heads_in_query
+    if head_size == 0:
+        raise Refusal("hidden size 0 gives head size 0; supported: a head size > 0 (onnxruntime's CPU kernel divides by it)", _input_subject(0))
     rotary_caches = t["cos_cache"] is not None or t["sin_cache"] is not None
     multiple = 16 if attrs.do_rotary or rotary_caches else 8
     why = " with do_rotary" if attrs.do_rotary else " when cos_cache/sin_cache are given" if rotary_caches else ""
