@@ -159,6 +159,13 @@ def test_opt_input_that_is_not_text(tmp_path):
     assert_one_line_error(run_main(str(source), tool="gqa-torch-mlir-opt"), "gqa-torch-mlir-opt: error:", "is not UTF-8 text")
 
 
+def test_opt_stdin_that_is_not_text():
+    """Standard input is decoded as strictly as a file (it was an internal TypeError from the parser)."""
+    run = subprocess.run([str(BIN / "gqa-torch-mlir-opt")], input=b"module {}\n\xff\n", capture_output=True, timeout=600)
+    text = subprocess.CompletedProcess(run.args, run.returncode, run.stdout.decode(), run.stderr.decode())
+    assert_one_line_error(text, "gqa-torch-mlir-opt: error:", "input file '-' is not UTF-8 text")
+
+
 # -- the Python API --------------------------------------------------------------------------------
 
 

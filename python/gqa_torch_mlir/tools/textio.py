@@ -10,8 +10,8 @@ from ..errors import GqaTorchMlirError
 def read_text(path: str) -> str:
     """The file's text (``-``: standard input), as UTF-8."""
     try:
-        if path == "-":
-            return sys.stdin.read()
+        if path == "-":  # bytes: the text stream may escape invalid UTF-8 instead of failing
+            return sys.stdin.buffer.read().decode("utf-8")
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as e:
