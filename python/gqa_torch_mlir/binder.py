@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import numpy as np
+
 from .builder import Tensor, parse_vtensor_type, vtensor_type_text
 from .registry import Refusal
 
@@ -139,7 +141,9 @@ class OpBinder:
         return int(attr.value)
 
     def attr_float(self, name: str, default=_MISSING) -> float:
-        return self._attr(name, default, lambda raw: float(self.ir.FloatAttr(raw).value), "a float")
+        """As an ONNX float attribute holds it: rounded to f32 (hand-written IR may carry an f64,
+        whose 1e300 would pass a finiteness check and then be inf in the f32 code)."""
+        return self._attr(name, default, lambda raw: _as_f32(float(self.ir.FloatAttr(raw).value)), "a float")
 
     def attr_str(self, name: str, default=_MISSING) -> str:
         return self._attr(name, default, lambda raw: str(self.ir.StringAttr(raw).value), "a string")
@@ -163,6 +167,11 @@ class OpBinder:
             raise Refusal("is required but absent", f"attribute '{name}'")
         return default
 
+
+
+def _as_f32(value: float) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
 
 
 def _printable(raw) -> str:

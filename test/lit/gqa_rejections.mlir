@@ -94,6 +94,15 @@ func.func @zero_hidden_size(%q: !torch.vtensor<[1,1,0],f32>, %k: !torch.vtensor<
 
 // -----
 
+// A float attribute is read as ONNX holds it, in f32: an f64 1e300 is infinite there and refused.
+// CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: attribute 'scale': value inf is not supported; supported: finite
+func.func @f64_scale_past_f32(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64, torch.onnx.scale = 1.0e300 : f64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
+}
+
+// -----
+
 // An input onnxruntime's CPU kernel rejects (so it cannot be verified) is refused when present.
 // CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: input 14 'q_norm_weight': is not supported (refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified)
 func.func @q_norm_weight_given(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>, %qn: !torch.vtensor<[16],f32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
