@@ -104,6 +104,10 @@ def _check_versions(proto: onnx.ModelProto) -> None:
     rejects those too): no importer reads them."""
     import onnx.defs
 
+    if not proto.HasField("graph"):
+        raise GqaTorchMlirError("the model has no graph (an empty or truncated ModelProto?); onnxruntime rejects it too")
+    if not proto.opset_import:
+        raise GqaTorchMlirError("the model imports no opset (ONNX requires at least one); onnxruntime rejects it too")
     if proto.ir_version > onnx.IR_VERSION:
         raise GqaTorchMlirError(f"the model's ir_version {proto.ir_version} is newer than ONNX defines ({onnx.IR_VERSION})")
     newest = onnx.defs.onnx_opset_version()

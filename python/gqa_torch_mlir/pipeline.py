@@ -44,15 +44,20 @@ STAGES = [
     ("linalg-on-tensors", "torch-backend-to-linalg-on-tensors-backend-pipeline", "linalg-on-tensors"),
 ]
 
-ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:
-    """A ModelProto from a path (external weights next to the file are loaded) or as given."""
+    """A ModelProto from a path (external weights next to the file are loaded), from its serialized bytes, or as given."""
     if isinstance(model, onnx.ModelProto):
         return model
+    if isinstance(model, (bytes, bytearray)):  # a serialized model, as onnxruntime takes it
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except Exception as e:  # protobuf decode errors
+            raise GqaTorchMlirError(f"cannot load ONNX model from {len(model)} bytes: {e}") from None
     if not isinstance(model, (str, os.PathLike)):
-        raise GqaTorchMlirError(f"model must be a path or an onnx.ModelProto, got {type(model).__name__}")
+        raise GqaTorchMlirError(f"model must be a path, serialized bytes or an onnx.ModelProto, got {type(model).__name__}")
     path = Path(model)
     try:
         is_file = path.is_file()

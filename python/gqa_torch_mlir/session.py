@@ -149,8 +149,11 @@ class InferenceSession:
         args = [self._feed(arg, input_feed) for arg in self._inputs]
         unknown = set(input_feed) - {a.name for a in self._inputs}
         if unknown:
-            raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(unknown))}")
-        raw = self._compiled.invoke(self._function, *[_signless(a) for a in args])
+            raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
+        try:
+            raw = self._compiled.invoke(self._function, *[_signless(a) for a in args])
+        except MemoryError:  # a copy of a feed (a broadcast view, say) or an output that does not fit
+            raise RuntimeInvocationError("out of memory: the feeds, or the outputs they give, need more memory than this process can get") from None
         results = {o.name: _as_onnx_type(r, o) for o, r in zip(self._outputs, raw)}
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
         missing = [n for n in names if n not in results]
@@ -162,8 +165,14 @@ class InferenceSession:
     def _feed(arg: NodeArg, feed: Dict[str, np.ndarray]) -> np.ndarray:
         if arg.name not in feed:
             raise RuntimeInvocationError(f"input '{arg.name}' is missing from the feed")
-        value = np.asarray(feed[arg.name])
         want = _ONNX_TO_NUMPY.get(arg.elem_type)
+        value = feed[arg.name]
+        if isinstance(value, (list, tuple)) and want is not None:  # nested lists, as onnxruntime takes them
+            try:
+                value = np.array(value, dtype=want)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise RuntimeInvocationError(f"input '{arg.name}': a list that is not a {arg.type}: {e}") from None
+        value = np.asarray(value)
         if want is not None and value.dtype != want:
             raise RuntimeInvocationError(f"input '{arg.name}': expected {arg.type}, got numpy {value.dtype}")
         if arg.shape is None:  # declared without a shape: the compiled signature checks it

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 
 import gqa_torch_mlir
@@ -182,27 +183,41 @@ def session():
         (lambda s, f: s.run(None, None), "input_feed must be a dict"),
         (lambda s, f: s.run("output", f), "output_names must be None or a list"),
         (lambda s, f: s.run([0], f), "output_names must be None or a list"),
+        (lambda s, f: s.run(None, {**f, 1: f["query"]}), "unknown input name\\(s\\): 1"),  # was a TypeError
+        (lambda s, f: s.run(None, {**f, "seqlens_k": [[0.5]]}), "input 'seqlens_k': expected"),
     ],
-    ids=["feed_a_list", "feed_none", "output_names_a_string", "output_names_not_strings"],
+    ids=["feed_a_list", "feed_none", "output_names_a_string", "output_names_not_strings", "feed_key_not_a_string", "feed_list_of_wrong_rank"],
 )
 def test_run_with_malformed_arguments(session, call, message):
     with pytest.raises(RuntimeInvocationError, match=message):
         call(*session)
 
 
+def test_serialized_model_and_list_feeds_as_onnxruntime_takes_them(session):
+    """onnxruntime takes a model's bytes and feeds given as nested lists (converted to the input's type)."""
+    sess, feeds = session
+    want = sess.run(None, feeds)
+    from_bytes = InferenceSession(make_model(GQAConfig(batch=1, seq=1, past=2)).SerializeToString())
+    got = from_bytes.run(None, {**feeds, "seqlens_k": feeds["seqlens_k"].tolist(), "query": feeds["query"].tolist()})
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and (g == w).all()
+
+
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda: gqa_torch_mlir.compile(42), "model must be a path or an onnx.ModelProto, got int"),
-        (lambda: gqa_torch_mlir.compile(None), "model must be a path or an onnx.ModelProto, got NoneType"),
-        (lambda: InferenceSession(b"model.onnx"), "model must be a path or an onnx.ModelProto, got bytes"),
+        (lambda: gqa_torch_mlir.compile(42), "model must be a path, serialized bytes or an onnx.ModelProto, got int"),
+        (lambda: gqa_torch_mlir.compile(None), "model must be a path, serialized bytes or an onnx.ModelProto, got NoneType"),
+        (lambda: InferenceSession(b"model.onnx"), "cannot load ONNX model from 10 bytes: .*"),  # bytes: a serialized model
+        (lambda: InferenceSession(b""), "the model has no graph"),
+        (lambda: gqa_torch_mlir.compile(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []), opset_imports=[])), "imports no opset"),
         (lambda: gqa_torch_mlir.compile(make_model(GQAConfig()), "torch", options={"attention": "sdpa"}), "options must be a LoweringOptions"),
         (lambda: InferenceSession(make_model(GQAConfig()), threads="x"), "threads must be a positive integer or None"),
         (lambda: InferenceSession(make_model(GQAConfig()), threads=-3), "threads must be a positive integer or None"),
         (lambda: InferenceSession("m" * 300 + ".onnx"), "no ONNX model at 'm+.onnx': .*File name too long"),
         (lambda: gqa_torch_mlir.compile("model\0.onnx"), "no ONNX model at"),
     ],
-    ids=["compile_an_int", "compile_none", "session_bytes", "options_a_dict", "threads_a_string", "threads_negative",
+    ids=["compile_an_int", "compile_none", "session_garbage_bytes", "session_empty_bytes", "no_opset", "options_a_dict", "threads_a_string", "threads_negative",
          "path_too_long", "path_with_nul"],
 )
 def test_api_refuses_what_is_not_a_model_or_option(call, message):
