@@ -251,6 +251,20 @@ def _type_graph_outputs(graph: onnx.GraphProto) -> None:
             _fail(f"graph output '{out.name}' is declared a tensor of undefined element type (onnxruntime rejects the model)")
         if kind is None and out.name in inferred and inferred[out.name].tensor_type.elem_type:
             out.type.CopyFrom(inferred[out.name])
+    _type_repeated_graph_outputs(graph)
+
+
+def _type_repeated_graph_outputs(graph: onnx.GraphProto) -> None:
+    """A value listed twice as a graph output (onnxruntime returns it twice) takes, where one
+    listing has no shape, the shaped listing's type: the importer typed the bare one rank 0."""
+    shaped = {}
+    for out in graph.output:
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            shaped.setdefault(out.name, out.type)
+    for out in graph.output:
+        bare = not out.type.HasField("tensor_type") or not out.type.tensor_type.HasField("shape")
+        if bare and out.name in shaped and (not out.type.tensor_type.elem_type or out.type.tensor_type.elem_type == shaped[out.name].tensor_type.elem_type):
+            out.type.CopyFrom(shaped[out.name])
 
 
 # -- constant indices ----------------------------------------------------------------------

@@ -321,6 +321,25 @@ def test_graph_outputs_declared_without_a_shape(cfg):
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
 
 
+def test_graph_output_listed_twice():
+    """A value listed twice as a graph output, once without a shape: onnxruntime returns it twice;
+    the importer typed the bare listing rank 0 and the module failed to verify, naming nothing."""
+    cfg = C(batch=1, seq=1, past=4)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    model.graph.output.append(helper.make_tensor_value_info("output", TensorProto.FLOAT, None))
+    session = InferenceSession(model)
+    got, want = session.run(None, feeds), ort_session_run(model, feeds)
+    assert [o.name for o in session.get_outputs()] == [o.name for o in model.graph.output]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+def ort_session_run(model, feeds):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def _symbolic(model, name: str, dims=None) -> None:
     """Make dims ``dims`` (all when None) of graph input ``name`` symbolic."""
     shape = next(i for i in model.graph.input if i.name == name).type.tensor_type.shape
