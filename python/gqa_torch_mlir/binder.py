@@ -92,6 +92,8 @@ class OpBinder:
         """
         text = self.result_type_text(i)
         parsed = parse_vtensor_type(text)
+        if parsed is None:
+            self._check_untyped_result_uses(i, text, name)
         if parsed is not None:
             shape, dtype = parsed
             clash = dtype != t.dtype or len(shape) != t.rank or any(d is not None and e is not None and d != e for d, e in zip(shape, t.shape))
@@ -103,6 +105,18 @@ class OpBinder:
                 if declared is not None and produced is None:  # the cast would trust it: check it
                     tb.check_dim(t, d, declared, f"{self.op_name}: {subject} is declared {text}: dimension {d} must be {declared}")
         return tb.static_info_cast(t, text)
+
+    def _check_untyped_result_uses(self, i: int, text: str, name: str) -> None:
+        """A result declared without a ranked tensor type may only feed ops that take any type
+        (other ONNX ops); a function return or a typed op would no longer verify, naming nothing."""
+        for use in self.op.results[i].uses:
+            owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if owner.name != "torch.operator":
+                raise Refusal(
+                    f"is declared {text}, not a ranked tensor type, and '{owner.name}' uses it; "
+                    "supported: a !torch.vtensor<[dims],dtype> declaration",
+                    f"output {i} '{name}'" if name else f"output {i}",
+                )
 
     @property
     def op_name(self) -> str:

@@ -103,6 +103,16 @@ func.func @f64_scale_past_f32(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtens
 
 // -----
 
+// A result declared unranked (or !torch.none) and returned: the lowered op's ranked type would not
+// verify against the function's, so it is refused naming the output.
+// CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: output 0 'output': is declared !torch.vtensor<*,f32>, not a ranked tensor type, and 'func.return' uses it
+func.func @unranked_result_returned(%a0: !torch.vtensor<[1,1,64],f32>, %a1: !torch.vtensor<[1,1,32],f32>, %a2: !torch.vtensor<[1,1,32],f32>, %a3: !torch.vtensor<[1,2,4,16],f32>, %a4: !torch.vtensor<[1,2,4,16],f32>, %a5: !torch.vtensor<[1],si32>, %a6: !torch.vtensor<[],si32>) -> (!torch.vtensor<*,f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%a0, %a1, %a2, %a3, %a4, %a5, %a6) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<*,f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<*,f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
+}
+
+// -----
+
 // An input onnxruntime's CPU kernel rejects (so it cannot be verified) is refused when present.
 // CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: input 14 'q_norm_weight': is not supported (refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified)
 func.func @q_norm_weight_given(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>, %qn: !torch.vtensor<[16],f32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
