@@ -635,7 +635,9 @@ class TorchBuilder:
         return self.tensor_op("torch.aten.ge.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
 
     def reciprocal(self, t: Tensor) -> Tensor:
-        return self.tensor_op("torch.aten.reciprocal", [t.value], t.shape, t.dtype)
+        """1 / t as a division: torch-mlir lowers ``aten.reciprocal`` with an assert that each
+        element is ordered and non-zero, which a NaN fails (the refbackend then refused the call)."""
+        return self.div(self.full_like(t, 1.0), t)
 
     def bitwise_and_scalar(self, t: Tensor, mask: int) -> Tensor:
         """``t & mask`` on an integer tensor."""
