@@ -31,14 +31,38 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Inference, then our ops' outputs typed from their inputs and inference again, until
+    nothing changes (one round per op that depends on another, at most); subgraphs too."""
     model = infer_shapes(model)
     _rank_unshaped_gqa_inputs(model.graph)
-    _rank_unshaped_contrib_outputs(model.graph)
-    for _ in range(sum(1 for n in model.graph.node if (n.domain, n.op_type) == GQA)):
-        if not _type_gqa_outputs(model.graph):
+    typed_ops = sum(1 for g in _graphs(model.graph) for n in g.node if (n.domain, n.op_type) == GQA or (n.domain, n.op_type) in _OUTPUT_TYPES)
+    for _ in range(typed_ops):
+        changed = False
+        for graph, outer in _graphs_in_scope(model.graph, {}):
+            changed |= _type_gqa_outputs(graph, outer)
+            changed |= _type_other_outputs(graph, outer)
+        if not changed:
             break
         model = infer_shapes(model)
     return model
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _graphs(sub)
+
+
+def _graphs_in_scope(graph: onnx.GraphProto, outer: Dict[str, onnx.TypeProto]):
+    """(graph, the types its outer scopes give) for the graph and every subgraph in it."""
+    yield graph, outer
+    inner = {**outer, **_known_types(graph)}
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _graphs_in_scope(sub, inner)
 
 
 def _known_types(graph: onnx.GraphProto) -> Dict[str, onnx.TypeProto]:
@@ -59,13 +83,13 @@ def _dims(tp: onnx.TypeProto) -> Optional[List]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
 
 
-def _type_gqa_outputs(graph: onnx.GraphProto) -> bool:
+def _type_gqa_outputs(graph: onnx.GraphProto, outer: Optional[Dict[str, onnx.TypeProto]] = None) -> bool:
     """Type the GroupQueryAttention outputs that have no type or no shape, from typed inputs.
 
     An untyped one gets a value_info; a graph output declared without a shape
     gets the shape in place (onnx's inference does this for its own ops).
     """
-    types, added = _known_types(graph), False
+    types, added = {**(outer or {}), **_known_types(graph)}, False
     outputs = {vi.name: vi for vi in graph.output}
     for node in graph.node:
         if (node.domain, node.op_type) != GQA:
@@ -137,33 +161,80 @@ def _rank_unshaped_gqa_inputs(graph: onnx.GraphProto) -> None:
                     shape.dim.add().dim_param = f"{name}_dim{i}"
 
 
-# The output ranks of the other lowered ops ONNX's inference does not know, from their input ranks.
-_OUTPUT_RANKS = {
-    ("com.microsoft", "MatMulNBits"): lambda r: r[0],  # A [..., K] -> [..., N]
-    ("com.microsoft", "GatherBlockQuantized"): lambda r: None if r[1] is None else r[0] + r[1] - 1,  # data at indices
-    ("com.microsoft", "SkipSimplifiedLayerNormalization"): lambda r: r[0],  # every output has the input's rank
-    ("", "SimplifiedLayerNormalization"): lambda r: r[0],  # Y and inv_std_var
+# The output types of the other lowered ops ONNX's inference does not know (and of a
+# Reshape whose run-time shape older opsets leave untyped), from their input types:
+# [(element type, dims)] per output, or None when the inputs' types do not tell.
+F32 = onnx.TensorProto.FLOAT
+
+
+def _matmul_nbits(node, attrs, x):  # A [..., K] -> [..., N]
+    a = x(0)
+    return None if a is None else [(a[0], a[1][:-1] + [attrs.get("N")])]
+
+
+def _skip_simplified_layer_norm(node, attrs, x):  # output, mean, inv_std_var, input_skip_bias_sum
+    t = x(0)
+    return None if t is None else [t, (F32, t[1][:-1] + [1]), (F32, t[1][:-1] + [1]), t]
+
+
+def _simplified_layer_norm(node, attrs, x):  # Y, inv_std_var ([N..., 1...] over axis..)
+    t = x(0)
+    if t is None:
+        return None
+    rank = len(t[1])
+    axis = attrs.get("axis", -1) % rank if rank else 0
+    return [t, (F32, t[1][:axis] + [1] * (rank - axis))]
+
+
+def _gather_block_quantized(node, attrs, x):  # data [V, C] bytes at indices -> [I..., C * 8/bits]
+    data, indices, scales = x(0), x(1), x(2)
+    if data is None or indices is None or scales is None or len(data[1]) != 2 or not isinstance(data[1][1], int):
+        return None
+    return [(scales[0], indices[1] + [data[1][1] * (8 // attrs.get("bits", 4))])]
+
+
+def _reshape(node, attrs, x):  # data to a shape of L values -> rank L
+    data, shape = x(0), x(1)
+    if data is None or shape is None or len(shape[1]) != 1 or not isinstance(shape[1][0], int):
+        return None
+    return [(data[0], [None] * shape[1][0])]
+
+
+_OUTPUT_TYPES = {
+    ("com.microsoft", "MatMulNBits"): _matmul_nbits,
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): _skip_simplified_layer_norm,
+    ("", "SimplifiedLayerNormalization"): _simplified_layer_norm,
+    ("com.microsoft", "GatherBlockQuantized"): _gather_block_quantized,
+    ("", "Reshape"): _reshape,
 }
 
 
-def _rank_unshaped_contrib_outputs(graph: onnx.GraphProto) -> None:
-    """Give an output of those ops declared with an element type but no shape its rank, in unknown dims.
+def _type_other_outputs(graph: onnx.GraphProto, outer: Optional[Dict[str, onnx.TypeProto]] = None) -> bool:
+    """Type the outputs of the ops in :data:`_OUTPUT_TYPES` that have no type or no shape.
 
-    torch-mlir's importer types it as rank 0, which the lowering would refuse as a
-    contradicting declaration; onnxruntime runs such a model.
+    torch-mlir's importer types a value without a shape as rank 0 (and one
+    without a type as ``!torch.none``), which the lowerings refuse; onnxruntime
+    infers them.  Like GroupQueryAttention's, an untyped output gets a
+    value_info and a declaration without a shape gets the shape in place.
     """
+    types, added = {**(outer or {}), **_known_types(graph)}, False
     declared = {vi.name: vi for vi in list(graph.output) + list(graph.value_info)}
-    types = _known_types(graph)
     for node in graph.node:
-        rule = _OUTPUT_RANKS.get((node.domain, node.op_type))
-        if rule is None:
+        rule = _OUTPUT_TYPES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+        missing = [i for i, name in enumerate(node.output) if name and name not in types] if rule else []
+        if not missing:
             continue
-        ranks = [len(_dims(types[name])) if name in types else None for name in list(node.input) + ["", ""]]
-        if ranks[0] is None or (rank := rule(ranks)) is None:
-            continue
-        for name in node.output:
-            vi = declared.get(name)
-            if vi is not None and vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
-                shape = vi.type.tensor_type.shape
-                for i in range(rank):
-                    shape.dim.add().dim_param = f"{name}_dim{i}"
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        x = lambda i: (types[node.input[i]].tensor_type.elem_type, _dims(types[node.input[i]])) if i < len(node.input) and node.input[i] in types else None
+        outputs = rule(node, attrs, x)
+        for i in (i for i in missing if outputs and i < len(outputs)):
+            elem, dims = outputs[i]
+            typed = helper.make_tensor_value_info(node.output[i], elem, dims)
+            vi = declared.get(node.output[i])
+            if vi is not None and vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.shape.CopyFrom(typed.type.tensor_type.shape)
+                vi.type.tensor_type.elem_type = vi.type.tensor_type.elem_type or elem
+            else:
+                graph.value_info.append(typed)
+            added = True
+    return added

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import gqa_torch_mlir
 from gqa_torch_mlir.testing.decoder import Decoder as GenerationDecoder
@@ -531,6 +531,36 @@ def test_outputs_declared_without_shape(op):
     for output in model.graph.output:
         output.type.tensor_type.ClearField("shape")
     assert_matches_onnxruntime(model, feeds, atol=1e-4, rtol=1e-5)
+
+
+def _norm_then_relu(outer_inputs, branch: Optional[str] = None):
+    """SkipSimplifiedLayerNormalization -> Relu with no value_info, the result declared with a type
+    and no shape (in the branches of an If when ``branch`` names the condition)."""
+    nodes = [helper.make_node("SkipSimplifiedLayerNormalization", ["input", "skip", "gamma"], ["normed"], domain="com.microsoft"),
+             helper.make_node("Relu", ["normed"], ["y"])]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    y.type.tensor_type.elem_type = TensorProto.FLOAT
+    if branch is None:
+        graph = helper.make_graph(nodes, "chain", outer_inputs, [y])
+    else:
+        then, other = (helper.make_graph(nodes, name, [], [y]) for name in ("then", "else"))
+        cond = helper.make_tensor_value_info(branch, TensorProto.BOOL, [])
+        graph = helper.make_graph([helper.make_node("If", [branch], ["y"], then_branch=then, else_branch=other)], "if", outer_inputs + [cond], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("branch", [None, "cond"], ids=["chain", "if_branches"])
+def test_untyped_values_after_a_contrib_op(branch):
+    """Our ops' outputs are typed from their inputs and ONNX inference runs on past them (subgraphs
+    too, with the outer scope's types); the Relu's result was imported rank 0 and failed to cast."""
+    rng = np.random.default_rng(RNG_SEED)
+    shapes = {"input": ["b", 3, 64], "skip": ["b", 3, 64], "gamma": [64]}
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in shapes.items()]
+    model = _norm_then_relu(inputs, branch)
+    feeds = {n: rng.standard_normal(concrete(d)).astype(np.float32) for n, d in shapes.items()}
+    if branch:
+        feeds[branch] = np.asarray(True)
+    assert_matches_onnxruntime(model, feeds, atol=1e-5)
 
 
 # -- Gelu -----------------------------------------------------------------------------
