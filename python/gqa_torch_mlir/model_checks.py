@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import onnx
+import onnx.defs
 from onnx import AttributeProto, numpy_helper
 
 from .errors import GqaTorchMlirError, LoweringError
@@ -37,9 +38,12 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
     proto = _default_domain_alias_resolved(proto)
     proto = _local_functions_inlined(proto)
     check_contrib_domains(proto)
+    opset = _default_opset(proto)
     for graph in all_graphs(proto.graph):
-        _check_nodes(graph)
+        _check_nodes(graph, opset)
         _check_unique_names(graph)
+        _check_tensor_types(graph)
+    proto = _graph_forms_normalized(proto)
     proto = infer_shapes_with_contrib_ops(proto)
     _type_graph_outputs(proto.graph)
     _check_constant_indices(proto.graph)
@@ -155,22 +159,21 @@ def _local_functions_inlined(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def check_contrib_domains(proto: onnx.ModelProto) -> None:
-    """Refuse a contrib op we lower placed in the default ONNX domain.
+    """Refuse an op we lower placed in another domain than the one onnxruntime defines it in.
 
     torch-mlir's importer names every node ``onnx.<OpType>`` whatever its
     domain, so the pass cannot tell; onnxruntime refuses such a model at load
     (it defines e.g. GroupQueryAttention in com.microsoft only).
     """
     for node in all_nodes(proto.graph):
-        if node.domain not in ("", "ai.onnx"):
-            continue
+        domain = "" if node.domain == "ai.onnx" else node.domain
         domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
-        if domains and "" not in domains and "ai.onnx" not in domains:
-            where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"
-            _fail(
-                f"{where}: {node.op_type} is in the default ONNX domain; onnxruntime defines it in "
-                f"{', '.join(sorted(domains))} only (set the node's domain)"
-            )
+        if not domains or domain in domains:
+            continue
+        where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"
+        placed = "the default ONNX domain" if domain == "" else f"domain '{domain}'"
+        defined = ", ".join(d or "the default ONNX domain" for d in sorted(domains))
+        _fail(f"{where}: {node.op_type} is in {placed}; onnxruntime defines it in {defined} only (set the node's domain)")
 
 
 def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -180,11 +183,12 @@ def with_node_domains_imported(proto: onnx.ModelProto) -> onnx.ModelProto:
     com.microsoft); torch-mlir's importer fails on it.
     """
     declared = {o.domain for o in proto.opset_import}
-    missing = sorted({n.domain for n in all_nodes(proto.graph)} - declared - {"ai.onnx"})
+    missing = sorted(({n.domain for n in all_nodes(proto.graph)} | {""}) - declared - {"ai.onnx"})
     if not missing:
         return proto
     fixed = _copy(proto)
-    fixed.opset_import.extend(onnx.helper.make_opsetid(domain, 1) for domain in missing)
+    # The default domain at the newest version ONNX defines (torch-mlir's importer needs one even unused).
+    fixed.opset_import.extend(onnx.helper.make_opsetid(d, onnx.defs.onnx_opset_version() if d == "" else 1) for d in missing)
     return fixed
 
 
@@ -202,12 +206,17 @@ def _lowered_contrib_op(node: onnx.NodeProto) -> bool:
     return node.domain not in ("", "ai.onnx") and any(e.domain == node.domain for e in REGISTRY.candidates("onnx." + node.op_type))
 
 
-def _check_nodes(graph: onnx.GraphProto) -> None:
+def _default_opset(proto: onnx.ModelProto) -> Optional[int]:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _check_nodes(graph: onnx.GraphProto, opset: Optional[int]) -> None:
     for node in graph.node:
         names = [a.name for a in node.attribute]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             _fail(f"{_node_label(node)}: attribute '{twice[0]}' is given more than once (onnxruntime rejects the model)")
+        _check_schema_attributes(node, opset)
         if not _lowered(node):  # others (control flow, BeamSearch's subgraphs...) are the importer's
             continue
         for attr in node.attribute:
@@ -218,6 +227,37 @@ def _check_nodes(graph: onnx.GraphProto) -> None:
                 kind = AttributeProto.AttributeType.Name(attr.type)
                 _fail(f"{_node_label(node)}: attribute '{attr.name}' has type {kind}; {node.op_type}'s attributes are "
                       "ints, floats or strings (onnxruntime rejects the model)")
+
+
+def _check_schema_attributes(node: onnx.NodeProto, opset: Optional[int]) -> None:
+    """A default-domain op's attributes must exist at the model's opset (``reduction`` of
+    ScatterElements before 16, say): onnxruntime rejects the model; torch-mlir's conversion
+    would read them anyway."""
+    if node.domain not in ("", "ai.onnx") or opset is None:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:  # an op ONNX does not define (onnxruntime's own, in the default domain)
+        return
+    for attr in node.attribute:
+        if attr.name not in schema.attributes:
+            _fail(f"{_node_label(node)}: attribute '{attr.name}' is not an attribute of {node.op_type} at opset {opset} "
+                  f"(opset {schema.since_version}'s {node.op_type}); onnxruntime rejects the model")
+
+
+def _check_tensor_types(graph: onnx.GraphProto) -> None:
+    """String tensors (which torch-mlir has no type for) and a graph input listed twice are refused by name."""
+    inputs = [i.name for i in graph.input]
+    twice = sorted({n for n in inputs if inputs.count(n) > 1})
+    if twice:
+        _fail(f"graph input '{twice[0]}' is listed more than once (onnxruntime rejects the model)")
+    strings = [i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.STRING]
+    strings += [i.name for i in graph.initializer if i.data_type == onnx.TensorProto.STRING]
+    if strings:
+        _fail(f"'{strings[0]}' is a string tensor; supported: numeric tensors (torch-mlir has no string tensors)")
+    if graph.sparse_initializer:
+        _fail(f"sparse initializer '{graph.sparse_initializer[0].values.name}' is not supported (torch-mlir's importer "
+              "reads dense initializers only); store it dense")
 
 
 def _check_unique_names(graph: onnx.GraphProto) -> None:
@@ -231,6 +271,123 @@ def _check_unique_names(graph: onnx.GraphProto) -> None:
                 _fail(f"{_node_label(node)}: output '{name}' is already defined in the graph "
                       "(onnxruntime rejects a duplicate definition)")
             defined.add(name)
+
+
+# -- graph forms onnxruntime reads and the importer does not ---------------------------
+
+
+def _graph_forms_normalized(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model (a copy when changed) in forms the importer takes, read as onnxruntime reads
+    them: an initializer given twice (onnxruntime uses the first), a negative dim_value
+    (unknown, as onnxruntime reads it), nodes out of topological order (sorted), an empty
+    graph name (no function name). Initializer data of the wrong size is refused by name,
+    as onnxruntime refuses it (the importer splatted a single element)."""
+    graphs = list(all_graphs(proto.graph))
+    for graph in graphs:
+        for init in graph.initializer:
+            _check_initializer_size(init)
+    if proto.graph.name and not any(_needs_normalizing(g) for g in graphs):
+        return proto
+    proto = _copy(proto)
+    if not proto.graph.name:
+        proto.graph.name = "main_graph"
+    for graph in all_graphs(proto.graph):
+        _first_initializers_kept(graph)
+        for dim in _negative_dims(graph):
+            dim.Clear()
+        _sort_topologically(graph)
+    return proto
+
+
+def _needs_normalizing(graph: onnx.GraphProto) -> bool:
+    names = [i.name for i in graph.initializer]
+    return len(set(names)) != len(names) or any(True for _ in _negative_dims(graph)) or _topological_order(graph) != list(range(len(graph.node)))
+
+
+def _negative_dims(graph: onnx.GraphProto):
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                yield dim
+
+
+def _first_initializers_kept(graph: onnx.GraphProto) -> None:
+    seen, kept = set(), []
+    for init in graph.initializer:
+        if init.name not in seen:
+            seen.add(init.name)
+            kept.append(init)
+    if len(kept) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
+def _check_initializer_size(init: onnx.TensorProto) -> None:
+    """The data holds as many elements as the dims say (the importer splats a single one)."""
+    n = int(np.prod(init.dims)) if init.dims else 1
+    if init.HasField("raw_data"):
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+        except Exception:  # a type numpy has no form for: the importer's to judge
+            return
+        bits = 4 if init.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4) else 8 * itemsize
+        want = -(-n * bits // 8)
+        if len(init.raw_data) != want:
+            _fail(f"initializer '{init.name}': raw_data holds {len(init.raw_data)} bytes, dims {list(init.dims)} need {want} "
+                  "(onnxruntime rejects the model)")
+        return
+    if init.data_location == onnx.TensorProto.EXTERNAL:
+        return
+    try:
+        numpy_helper.to_array(init)
+    except Exception as e:
+        _fail(f"initializer '{init.name}': its data does not fit dims {list(init.dims)} ({e}; onnxruntime rejects the model)")
+
+
+def _sort_topologically(graph: onnx.GraphProto) -> None:
+    order = _topological_order(graph)
+    if order != list(range(len(graph.node))):
+        nodes = [onnx.NodeProto() for _ in order]
+        for copy, i in zip(nodes, order):
+            copy.CopyFrom(graph.node[i])
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
+def _topological_order(graph: onnx.GraphProto) -> List[int]:
+    """Node indices in an order where each input is produced before it is read (onnxruntime
+    sorts them too); names from outside the graph (inputs, initializers, an outer scope) are
+    ready. A cycle is left to the importer to report."""
+    produced_by = {name: i for i, node in enumerate(graph.node) for name in node.output if name}
+    reads = [_reads(node) for node in graph.node]
+    order, state = [], [0] * len(graph.node)  # 0 new, 1 on the stack, 2 placed
+    for root in range(len(graph.node)):
+        if state[root]:
+            continue
+        state[root], stack = 1, [(root, iter(reads[root]))]
+        while stack:
+            j, pending = stack[-1]
+            for name in pending:
+                k = produced_by.get(name)
+                if k is not None and state[k] == 0:
+                    state[k] = 1
+                    stack.append((k, iter(reads[k])))
+                    break
+            else:
+                stack.pop()
+                state[j] = 2
+                order.append(j)
+    return order
+
+
+def _reads(node: onnx.NodeProto) -> List[str]:
+    """The names a node reads, its subgraphs' reads of outer values included."""
+    names = [n for n in node.input if n]
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            for inner in sub.node:
+                names.extend(_reads(inner))
+    return names
 
 
 def _type_graph_outputs(graph: onnx.GraphProto) -> None:

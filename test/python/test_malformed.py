@@ -206,6 +206,33 @@ def into_local_function(model: onnx.ModelProto, declare_com_microsoft: bool = Tr
     model.opset_import.append(helper.make_opsetid("local", 1))
 
 
+def _move_to_domain(domain: str):
+    def edit(model: onnx.ModelProto) -> None:
+        model.graph.node[0].domain = domain
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    return edit
+
+
+def _initializer(name: str, raw: bytes):
+    """Input ``name`` also given as an initializer holding the bytes ``raw``."""
+    def edit(model: onnx.ModelProto) -> None:
+        vi = next(i for i in model.graph.input if i.name == name)
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        init = TensorProto(name=name, data_type=vi.type.tensor_type.elem_type, dims=dims)
+        init.raw_data = raw  # helper.make_tensor checks the size
+        model.graph.initializer.append(init)
+    return edit
+
+
+def _sparse_past_key(model: onnx.ModelProto) -> None:
+    values = helper.make_tensor("past_key", F32, [1], [1.0])
+    indices = helper.make_tensor("past_key_indices", I64, [1], [0])
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [B, HKV, P, DH]))
+    kept = [i for i in model.graph.input if i.name != "past_key"]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+
+
 # ---------------------------------------------------------------------------
 # the corpus
 # ---------------------------------------------------------------------------
@@ -446,6 +473,18 @@ CASES: List[Case] = [
          edit=_add_attributes(helper.make_attribute("k_quant_type", onnx.numpy_helper.from_array(np.array([1], np.int64))))),
     case("local_function_without_com_microsoft_opset", ["local function 'Attn'", "domain 'com.microsoft'", "opset_import"], "load",
          edit=lambda m: into_local_function(m, declare_com_microsoft=False)),
+    # -- graph forms the importer would take otherwise -------------------------------------------
+    case("gqa_in_another_domain", ["node 'gqa'", "GroupQueryAttention is in domain 'com.microsoft.experimental'", "com.microsoft only"],
+         "load", edit=_move_to_domain("com.microsoft.experimental")),
+    case("initializer_data_short", ["initializer 'past_key'", "raw_data holds 4 bytes", "need 512"], "load",
+         edit=_initializer("past_key", raw=b"\0\0\x80?")),  # the importer splatted the one float
+    case("graph_input_listed_twice", ["graph input 'query'", "listed more than once"], "load",
+         edit=lambda m: m.graph.input.append(m.graph.input[0])),
+    case("string_graph_input", ["'tokens' is a string tensor", "numeric tensors"], "accepts",
+         why="torch-mlir has no string tensors; even an unused one failed late, naming nothing",
+         edit=lambda m: m.graph.input.append(helper.make_tensor_value_info("tokens", TensorProto.STRING, [2]))),
+    case("sparse_initializer", ["sparse initializer 'past_key'", "store it dense"], "accepts",
+         why="torch-mlir's importer reads dense initializers only (it failed naming nothing)", edit=_sparse_past_key),
 ]
 
 CASE_BY_ID = {c.id: c for c in CASES}
@@ -476,9 +515,12 @@ def plausible_feeds(model: onnx.ModelProto, overrides: Optional[dict] = None) ->
     feeds = {}
     for vi in model.graph.input:
         tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else _DIM_PARAMS.get(d.dim_param, 1) for d in tt.shape.dim]
+        if tt.elem_type == TensorProto.STRING:
+            feeds[vi.name] = np.full(dims, "token")
+            continue
         if tt.elem_type not in _NP:
             return None
-        dims = [d.dim_value if d.HasField("dim_value") else _DIM_PARAMS.get(d.dim_param, 1) for d in tt.shape.dim]
         if not tt.HasField("shape"):
             dims = [B, S, H * DH] if vi.name == "query" else []
         dtype = _NP[tt.elem_type]
@@ -927,6 +969,60 @@ def test_graph_output_declared_without_a_type():
     feeds = make_inputs(cfg, seed=19)
     got, want = _ours(model, feeds), run_onnxruntime(model, feeds)
     assert compare(cfg, got, want, feeds) == []
+
+
+FORMS = GQAConfig(batch=1, seq=1, past=4, rotary=True)  # every present row specified
+
+
+def _first_of_two_initializers(model):
+    past = make_inputs(FORMS, seed=20)["past_key"]
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(past, "past_key"), onnx.numpy_helper.from_array(past * 3, "past_key")])
+    kept = [i for i in model.graph.input if i.name != "past_key"]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return {"past_key"}
+
+
+def _reversed_nodes(model):
+    model.graph.node.append(helper.make_node("Identity", ["q"], ["query_id"], name="later"))  # after its reader
+    model.graph.node[0].input[0] = "query_id"
+    next(i for i in model.graph.input if i.name == "query").name = "q"
+    return set()
+
+
+def _negative_dims(model):
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = -3
+    return set()
+
+
+def _no_graph_name(model):
+    model.graph.name = ""
+    return set()
+
+
+def _no_default_opset(model):
+    kept = [o for o in model.opset_import if o.domain != ""]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    return set()
+
+
+@pytest.mark.parametrize("edit", [_first_of_two_initializers, _reversed_nodes, _negative_dims, _no_graph_name, _no_default_opset],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_graph_forms_onnxruntime_reads(edit):
+    """Forms onnxruntime runs and the importer took otherwise: an initializer given twice (the first
+    counts; ours used the last, silently), nodes out of order, a dim_value of -3, an empty graph name,
+    no default-domain opset import (each failed in the importer or torch-mlir before)."""
+    model = make_model(FORMS)
+    fed_by_initializers = edit(model)
+    feeds = {k: v for k, v in make_inputs(FORMS, seed=20).items() if k not in fed_by_initializers}
+    if "q" in {i.name for i in model.graph.input}:
+        feeds["q"] = feeds.pop("query")
+    want = run_onnxruntime(model, feeds)
+    got = _ours(model, feeds)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)
 
 
 def test_the_installed_cli_refuses_a_malformed_model(tmp_path):
