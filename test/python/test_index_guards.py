@@ -195,3 +195,19 @@ def test_scatter_elements_min_with_constant_indices(tmp_path):
     got = run_isolated_each(model, feeds, tmp_path / "ours")[0]
     want = run_isolated_each(model, feeds, tmp_path / "ort", engine="onnxruntime")[0]
     np.testing.assert_array_equal(got.results["Y"], want.results["Y"])
+
+
+@pytest.mark.parametrize("opset,reduction,message", [
+    (18, "bogus", "attribute 'reduction': value 'bogus' is not supported; supported: none, add, mul, min, max"),
+    (13, "add", "attribute 'reduction' is not an attribute of ScatterElements at opset 13"),
+], ids=["unknown_value", "before_opset_16"])
+def test_scatter_elements_reduction_refused_by_name(opset, reduction, message):
+    """torch-mlir's conversion multiplied for an unknown reduction, and computed one the model's
+    opset does not have (onnxruntime rejects that model)."""
+    import gqa_torch_mlir
+    from gqa_torch_mlir.errors import GqaTorchMlirError
+
+    model = scatter_elements_min_max_model(reduction)
+    model.opset_import[0].version = opset
+    with pytest.raises(GqaTorchMlirError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        gqa_torch_mlir.compile(model, "torch")

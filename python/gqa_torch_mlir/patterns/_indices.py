@@ -139,3 +139,15 @@ def checked_index_values(tb: TorchBuilder, indices: Indices, n: Dim, op: str, bo
         return None
     message = f"{op}: indices must lie in [-n, n), n = {bound} (onnxruntime rejects them otherwise)"
     return checked_in_range(tb, indices.tensor, n, message)
+
+
+REDUCTIONS = ("none", "add", "mul", "min", "max")
+
+
+def check_reduction(b: OpBinder) -> str:
+    """The ``reduction`` attribute of ScatterElements/ScatterND, refused by name outside ONNX's values
+    (onnxruntime runs an unknown one as 'none'; torch-mlir's conversion multiplied)."""
+    reduction = b.attr_str("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise Refusal(f"value '{reduction}' is not supported; supported: {', '.join(REDUCTIONS)}", "attribute 'reduction'")
+    return reduction

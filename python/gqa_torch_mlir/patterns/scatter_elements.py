@@ -12,13 +12,14 @@ from __future__ import annotations
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
 from ..registry import NOT_LOWERED, onnx_op
-from ._indices import check_dims, checked_index_values, index_input, rebuild, same, static_mismatch
+from ._indices import check_dims, check_reduction, checked_index_values, index_input, rebuild, same, static_mismatch
 
 
 @onnx_op("ScatterElements", domain="", since=11)
 def check_scatter_elements_indices(b: OpBinder, tb: TorchBuilder):
     if b.num_input_slots() != 3:
         return NOT_LOWERED
+    reduction = check_reduction(b)
     data, indices, updates = b.tensor(0, "data"), index_input(b, 1), b.tensor(2, "updates")
     axis = b.attr_int("axis", 0)
     if data is None or indices is None or updates is None or not -data.rank <= axis < data.rank:
@@ -32,7 +33,6 @@ def check_scatter_elements_indices(b: OpBinder, tb: TorchBuilder):
     check_dims(tb, indices.tensor, data, same(others), "ScatterElements: indices dimension {d} must not exceed the data's (onnxruntime rejects it)")
     check_dims(tb, updates, indices.tensor, same(range(data.rank)), "ScatterElements: updates dimension {d} must equal the indices' (onnxruntime rejects it)", equal=True)
     checked = checked_index_values(tb, indices, tb.size(data, axis), "ScatterElements", f"data dimension {axis}")
-    reduction = b.attr_str("reduction", "none")
     if reduction in MIN_MAX:  # torch-mlir's conversion has no min/max: lowered here
         return [scatter_min_max(b, tb, data, indices.tensor if checked is None else checked, updates, axis, MIN_MAX[reduction])]
     return NOT_LOWERED if checked is None else rebuild(b, tb, [data, checked, updates])

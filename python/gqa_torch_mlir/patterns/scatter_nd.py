@@ -13,13 +13,14 @@ from __future__ import annotations
 from ..binder import OpBinder
 from ..builder import TorchBuilder
 from ..registry import NOT_LOWERED, onnx_op
-from ._indices import check_dims, checked_index_columns, index_input, rebuild, static_mismatch
+from ._indices import check_dims, check_reduction, checked_index_columns, index_input, rebuild, static_mismatch
 
 
 @onnx_op("ScatterND", domain="", since=11)
 def check_scatter_nd_indices(b: OpBinder, tb: TorchBuilder):
     if b.num_input_slots() != 3:
         return NOT_LOWERED
+    check_reduction(b)
     data, indices, updates = b.tensor(0, "data"), index_input(b, 1), b.tensor(2, "updates")
     if data is None or indices is None or updates is None or indices.tensor.rank < 1:
         return NOT_LOWERED  # torch-mlir's conversion says what is wrong
