@@ -267,14 +267,25 @@ class TorchBuilder:
         return self.op("torch.aten.Bool.Tensor", [all_t.value], ["!torch.bool"])[0]
 
     def runtime_assert(self, flag, message: str) -> None:
-        """``torch.runtime.assert`` of the !torch.bool ``flag``, message prefixed ``gqa-torch-mlir:``."""
+        """``torch.runtime.assert`` of the !torch.bool ``flag``, message prefixed ``gqa-torch-mlir:``
+        and ending with the node it checks (two Reshapes' checks read alike otherwise)."""
+        text = f"gqa-torch-mlir: {message} [{self.location_label()}]"
         self.ir.Operation.create(
             "torch.runtime.assert",
             operands=[flag],
-            attributes={"message": self.ir.StringAttr.get(f"gqa-torch-mlir: {message}", self.types.context)},
+            attributes={"message": self.ir.StringAttr.get(text, self.types.context)},
             loc=self.loc,
             ip=self.ip,
         )
+
+    def location_label(self) -> str:
+        """The op's location as a user reads it: ``at 'name'`` for an imported ONNX node."""
+        text = str(self.loc)
+        name = re.fullmatch(r'loc\("((?:[^"\\]|\\.)*)"\)', text)
+        if name:
+            return f"at '{name.group(1)}'"
+        place = re.fullmatch(r'loc\("((?:[^"\\]|\\.)*)":(\d+):(\d+)\)', text)  # a file:line:col of hand-written IR
+        return f"at {place.group(1)}:{place.group(2)}:{place.group(3)}" if place else f"at {text}"
 
     def check_dim(self, t: Tensor, d: int, size: Dim, message: str) -> None:
         """Assert at run time that dim ``d`` of ``t`` is ``size``; nothing when both

@@ -7,7 +7,7 @@
 // CHECK-LABEL: func.func @embedding
 // CHECK:         %[[ALL:.+]] = torch.aten.all
 // CHECK:         %[[OK:.+]] = torch.aten.Bool.Tensor %[[ALL]]
-// CHECK:         torch.runtime.assert %[[OK]], "gqa-torch-mlir: Gather: indices must lie in [-n, n), n = data dimension 0 (onnxruntime rejects them otherwise)"
+// CHECK:         torch.runtime.assert %[[OK]], "gqa-torch-mlir: Gather: indices must lie in [-n, n), n = data dimension 0 (onnxruntime rejects them otherwise) [at {{.+}}]"
 // CHECK:         %[[IDS:.+]] = torch.aten.clamp %arg1, %{{.+}}, %{{.+}} : !torch.vtensor<[1,?],si64>
 // CHECK:         torch.operator "onnx.Gather"(%arg0, %[[IDS]]) {torch.onnx.axis = 0 : si64} : (!torch.vtensor<[211,64],f32>, !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,?,64],f32>
 func.func @embedding(%table: !torch.vtensor<[211,64],f32>, %ids: !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,?,64],f32> attributes {torch.onnx_meta.opset_version = 21 : si64} {
@@ -32,8 +32,8 @@ func.func @constant_index(%shape: !torch.vtensor<[3],si64>) -> !torch.vtensor<[]
 // GatherElements, ScatterElements, GatherND and ScatterND are guarded the same
 // way (patterns/_indices.py): checked, clamped, rebuilt for torch-mlir.
 // CHECK-LABEL: func.func @gather_elements
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices dimension 0 must not exceed the data's (onnxruntime rejects it)"
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices must lie in [-n, n), n = data dimension 1 (onnxruntime rejects them otherwise)"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices dimension 0 must not exceed the data's (onnxruntime rejects it) [at {{.+}}]"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices must lie in [-n, n), n = data dimension 1 (onnxruntime rejects them otherwise) [at {{.+}}]"
 // CHECK:         %[[IDS:.+]] = torch.aten.clamp %arg1
 // CHECK:         torch.operator "onnx.GatherElements"(%arg0, %[[IDS]]) {torch.onnx.axis = 1 : si64}
 func.func @gather_elements(%x: !torch.vtensor<[?,5],f32>, %idx: !torch.vtensor<[?,2],si64>) -> !torch.vtensor<[?,2],f32> attributes {torch.onnx_meta.opset_version = 18 : si64} {
@@ -45,9 +45,9 @@ func.func @gather_elements(%x: !torch.vtensor<[?,5],f32>, %idx: !torch.vtensor<[
 
 // Each column of the index tuples is checked against its own data dim.
 // CHECK-LABEL: func.func @scatter_nd
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: updates dimension 0 must match indices.shape[:-1] + data.shape[k:] (onnxruntime rejects it)"
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: indices[..., 0] must lie in [-n, n), n = data dimension 0 (onnxruntime rejects them otherwise)"
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: indices[..., 1] must lie in [-n, n), n = data dimension 1 (onnxruntime rejects them otherwise)"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: updates dimension 0 must match indices.shape[:-1] + data.shape[k:] (onnxruntime rejects it) [at {{.+}}]"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: indices[..., 0] must lie in [-n, n), n = data dimension 0 (onnxruntime rejects them otherwise) [at {{.+}}]"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: ScatterND: indices[..., 1] must lie in [-n, n), n = data dimension 1 (onnxruntime rejects them otherwise) [at {{.+}}]"
 // CHECK:         %[[IDS:.+]] = torch.aten.cat
 // CHECK:         torch.operator "onnx.ScatterND"(%arg0, %[[IDS]], %arg2)
 func.func @scatter_nd(%x: !torch.vtensor<[?,5,3],f32>, %idx: !torch.vtensor<[?,2],si64>, %u: !torch.vtensor<[?,3],f32>) -> !torch.vtensor<[?,5,3],f32> attributes {torch.onnx_meta.opset_version = 18 : si64} {

@@ -79,7 +79,7 @@ func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64]
 // CHECK:         %[[PAST_LEN_B1:.+]] = torch.aten.unsqueeze %[[PAST_LEN]], %int1 {{.+}} -> !torch.vtensor<[2,1],si64>
 // CHECK:         %[[ARANGE_S:.+]] = torch.aten.arange %int3, %int4, {{.+}} -> !torch.vtensor<[3],si64>
 // CHECK:         %[[POS:.+]] = torch.aten.add.Tensor %[[PAST_LEN_B1]], %[[ARANGE_S]], %int1 {{.+}} -> !torch.vtensor<[2,3],si64>
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: rotary positions (position_ids, or the tokens' positions) must lie in [0, cos_cache rows)"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: rotary positions (position_ids, or the tokens' positions) must lie in [0, cos_cache rows) [at {{.+}}]"
 // CHECK:         %[[ROPE_POS:.+]] = torch.aten.clamp %[[POS]], %int0, %int31 : !torch.vtensor<[2,3],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,3],si64>
 // CHECK:         %[[POS_LIST:.+]] = torch.prim.ListConstruct %[[ROPE_POS]] : (!torch.vtensor<[2,3],si64>) -> !torch.list<optional<vtensor>>
 // CHECK:         %[[COS:.+]] = torch.aten.index.Tensor %arg7, %[[POS_LIST]] : !torch.vtensor<[32,8],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2,3,8],f32>

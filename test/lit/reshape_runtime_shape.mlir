@@ -8,8 +8,8 @@
 
 // CHECK-LABEL: func.func @runtime_shape
 // CHECK-NOT:     onnx.Reshape
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: Reshape: shape may hold one -1 and no other negative value (onnxruntime rejects it)"
-// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: Reshape: a -1 in shape cannot be inferred next to a dimension of 0 (the ONNX spec and onnxruntime reject it)"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: Reshape: shape may hold one -1 and no other negative value (onnxruntime rejects it) [at {{.+}}]"
+// CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: Reshape: a -1 in shape cannot be inferred next to a dimension of 0 (the ONNX spec and onnxruntime reject it) [at {{.+}}]"
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: Reshape: the dims of shape must multiply to the data's element count
 // CHECK:         %[[FLAT:.+]] = torch.aten.flatten.using_ints %arg0, %{{.+}}, %{{.+}} : !torch.vtensor<[?,64],f32>, !torch.int, !torch.int -> !torch.vtensor<[?],f32>
 // CHECK:         %[[OUT:.+]] = torch.aten.unflatten.int %[[FLAT]], %{{.+}}, %{{.+}} : !torch.vtensor<[?],f32>, !torch.int, !torch.list<int> -> !torch.vtensor<[?,?],f32>
