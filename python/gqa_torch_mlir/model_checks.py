@@ -77,11 +77,16 @@ def _unnamed_nodes_labelled(proto: onnx.ModelProto) -> onnx.ModelProto:
     if all(node.name for node in all_nodes(proto.graph)):
         return proto
     proto = _copy(proto)
+    taken = {node.name for node in all_nodes(proto.graph)}
     for graph in all_graphs(proto.graph):
         where = "" if graph is proto.graph else f" of graph '{graph.name}'"
         for i, node in enumerate(graph.node):
             if not node.name:
-                node.name = f"node #{i}{where} (unnamed)"
+                label = f"node #{i}{where} (unnamed)"
+                while label in taken:  # a node named so already, or a subgraph of the same name
+                    label += "'"
+                node.name = label
+                taken.add(label)
     return proto
 
 
