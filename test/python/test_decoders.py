@@ -247,7 +247,8 @@ def test_simplified_layer_norm(dtype, axis):
 
 def test_simplified_layer_norm_refusals():
     x, s = ("X", np.float32, ["b", 8]), ("scale", np.float32, [8])
-    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(stash_type=2)), "attribute 'stash_type'",
+    with_inv_std = [("Y", np.float32, ["b", 8]), ("inv_std_var", np.float32, ["b", 1])]  # stash_type types it (Y alone: any value)
+    assert_refused(node_model("SimplifiedLayerNormalization", [x, s], with_inv_std, dict(stash_type=2)), "attribute 'stash_type'",
                    '"node #0 (unnamed)"')  # an unnamed node's location: its position (it was "")
     not_broadcast = [x, ("scale", np.float32, [1, 2, 8])]  # a rank above X's
     assert_refused(node_model("SimplifiedLayerNormalization", not_broadcast, [("Y", np.float32, ["b", 8])]), "input 1 'scale'", "broadcasts to X")
@@ -278,14 +279,15 @@ NORM_MISMATCHES = {
     "SimplifiedLayerNormalization": (
         [("X", np.float32, ["b", "s", "d"]), ("scale", np.float32, ["e"])], [("Y", np.float32, ["b", "s", "d"])], {},
         [({"X": (2, 3, 8), "scale": (8,)}, None), ({"X": (2, 3, 8), "scale": (2,)}, "input 1 'scale' dimension 0"),
-         ({"X": (2, 3, 0), "scale": (0,)}, "X dimension 2 is normalized")],
+         ({"X": (2, 3, 0), "scale": (0,)}, "input 0 'X' dimension 2 is normalized")],
     ),
     "SkipSimplifiedLayerNormalization": (
         [("input", np.float32, ["b", "s", "d"]), ("skip", np.float32, ["t", "d"]), ("gamma", np.float32, ["g"])],
         [("y", np.float32, ["b", "s", "d"])], dict(domain="com.microsoft"),
         [({"input": (2, 3, 8), "skip": (3, 8), "gamma": (8,)}, None),
          ({"input": (2, 3, 8), "skip": (2, 8), "gamma": (8,)}, "input 1 'skip' dimension 0"),
-         ({"input": (2, 3, 8), "skip": (3, 8), "gamma": (2,)}, "input 2 'gamma' dimension 0")],
+         ({"input": (2, 3, 8), "skip": (3, 8), "gamma": (2,)}, "input 2 'gamma' dimension 0"),
+         ({"input": (2, 3, 0), "skip": (3, 0), "gamma": (0,)}, "input 0 'input' dimension 2 is normalized")],  # onnxruntime: hidden size > 0
     ),
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ..registry import NOT_LOWERED, Refusal, onnx_op
 from ._indices import check_dims, check_reduction, checked_index_values, index_input, rebuild, same, static_mismatch
 
 
@@ -33,6 +33,8 @@ def check_scatter_elements_indices(b: OpBinder, tb: TorchBuilder):
     check_dims(tb, indices.tensor, data, same(others), "ScatterElements: indices dimension {d} must not exceed the data's (onnxruntime rejects it)")
     check_dims(tb, updates, indices.tensor, same(range(data.rank)), "ScatterElements: updates dimension {d} must equal the indices' (onnxruntime rejects it)", equal=True)
     checked = checked_index_values(tb, indices, tb.size(data, axis), "ScatterElements", f"data dimension {axis}")
+    if reduction in MIN_MAX and data.dtype == "i1":
+        raise Refusal(f"reduction '{reduction}' of bool data is not supported (onnxruntime's kernel has none)", "input 0 'data'")
     if reduction in MIN_MAX:  # torch-mlir's conversion has no min/max: lowered here
         return [scatter_min_max(b, tb, data, indices.tensor if checked is None else checked, updates, axis, MIN_MAX[reduction])]
     return NOT_LOWERED if checked is None else rebuild(b, tb, [data, checked, updates])

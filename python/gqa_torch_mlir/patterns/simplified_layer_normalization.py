@@ -44,7 +44,8 @@ def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
     check_scale_shape(scale_D, x_ND.shape, "input 1 'scale'")
     scale_D = checked_like(tb, scale_D, x_ND, _OP + ": input 1 'scale'")
     stash_type = b.attr_int("stash_type", 1)
-    if stash_type not in STASH_TYPES:
+    inv_std_requested = b.num_results > 1 and b.result_type_text(1) != "!torch.none"
+    if stash_type not in STASH_TYPES and inv_std_requested:  # it types inv_std_var only (Y alone: any value)
         raise Refusal(
             f"value {stash_type} is not supported; supported: 1 or 0 (float statistics; onnxruntime's CPU kernel computes both alike)",
             "attribute 'stash_type'",
@@ -67,13 +68,13 @@ def read_axis(b: OpBinder, rank: int) -> int:
     return axis % rank
 
 
-def check_normalized_size(tb: TorchBuilder, x: Tensor, axis: int) -> None:
-    """X.shape[axis:] must hold at least one element (onnxruntime rejects an empty row)."""
+def check_normalized_size(tb: TorchBuilder, x: Tensor, axis: int, op: str = _OP, subject: str = "input 0 'X'") -> None:
+    """x.shape[axis:] must hold at least one element (onnxruntime rejects an empty row)."""
     for d in range(axis, x.rank):
         if x.shape[d] == 0:
-            raise Refusal(f"dimension {d} is 0; supported: normalized dims (axis {axis} on) of size >= 1", "input 0 'X'")
+            raise Refusal(f"dimension {d} is 0; supported: normalized dims (axis {axis} on) of size >= 1", subject)
         if x.shape[d] is None:
-            tb.runtime_assert(tb.dim_le(1, tb.size(x, d)), f"{_OP}: X dimension {d} is normalized and must be >= 1 (onnxruntime rejects an empty row)")
+            tb.runtime_assert(tb.dim_le(1, tb.size(x, d)), f"{op}: {subject} dimension {d} is normalized and must be >= 1 (onnxruntime rejects an empty row)")
 
 
 def check_scale_shape(scale: Tensor, x_shape: Sequence[Optional[int]], subject: str) -> None:

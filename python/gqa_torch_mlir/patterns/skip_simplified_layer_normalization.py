@@ -20,7 +20,7 @@ from typing import List
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
 from ..registry import Refusal, onnx_op
-from .simplified_layer_normalization import check_float_dtype, checked_like, compute_dtype, rms_normalize
+from .simplified_layer_normalization import check_float_dtype, check_normalized_size, checked_like, compute_dtype, rms_normalize
 
 # onnxruntime's default for SkipLayerNormalization / SkipSimplifiedLayerNormalization.
 DEFAULT_EPSILON = 1e-12
@@ -33,6 +33,7 @@ def lower_skip_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> 
     epsilon = b.attr_float("epsilon", DEFAULT_EPSILON)
     if not epsilon >= 0:  # NaN too, as onnxruntime's check
         raise Refusal(f"value {epsilon} is not supported; supported: >= 0", "attribute 'epsilon'")
+    check_normalized_size(tb, input_BSD, input_BSD.rank - 1, _OP, "input 0 'input'")  # hidden size >= 1, as onnxruntime
     skip_BSD = checked_like(tb, skip_BSD, input_BSD, _OP + ": input 1 'skip'")
     gamma_D = checked_like(tb, gamma_D, input_BSD, _OP + ": input 2 'gamma'")
     if bias_D is not None:
