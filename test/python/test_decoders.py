@@ -252,6 +252,9 @@ def test_simplified_layer_norm_refusals():
                    '"node #0 (unnamed)"')  # an unnamed node's location: its position (it was "")
     not_broadcast = [x, ("scale", np.float32, [1, 2, 8])]  # a rank above X's
     assert_refused(node_model("SimplifiedLayerNormalization", not_broadcast, [("Y", np.float32, ["b", 8])]), "input 1 'scale'", "broadcasts to X")
+    named_like_a_label = node_model("SimplifiedLayerNormalization", [x, s], with_inv_std, dict(stash_type=2))
+    named_like_a_label.graph.node.insert(0, helper.make_node("Identity", ["X"], ["X_copy"], name="node #1 (unnamed)"))
+    assert_refused(named_like_a_label, '"node #1 (unnamed)\'"')  # labels never collide with a node's own name
     empty_row = [("X", np.float32, ["b", 0]), ("scale", np.float32, [1])]
     assert_refused(node_model("SimplifiedLayerNormalization", empty_row, [("Y", np.float32, ["b", 0])]), "input 0 'X'", "dimension 1 is 0")
     assert_refused(node_model("SimplifiedLayerNormalization", [x, s], [("Y", np.float32, ["b", 8])], dict(axis=2)), "attribute 'axis'")
@@ -260,7 +263,8 @@ def test_simplified_layer_norm_refusals():
 
 
 # scale shapes onnxruntime broadcasts to X (NumPy-style, outer dims too); stash_type 0 computes as 1.
-SCALE_BROADCASTS = {"scalar-like": ([1], 1), "1D": ([1, 64], 1), "per-row": ([3, 64], 1), "per-batch-stash0": ([2, 1, 64], 0)}
+SCALE_BROADCASTS = {"scalar-like": ([1], 1), "1D": ([1, 64], 1), "per-row": ([3, 64], 1), "per-batch-stash0": ([2, 1, 64], 0),
+                    "Y-alone-stash11": ([64], 11)}  # stash_type types inv_std_var only
 
 
 @pytest.mark.parametrize("case", sorted(SCALE_BROADCASTS))

@@ -200,7 +200,8 @@ def test_scatter_elements_min_with_constant_indices(tmp_path):
 @pytest.mark.parametrize("opset,reduction,message", [
     (18, "bogus", "attribute 'reduction': value 'bogus' is not supported; supported: none, add, mul, min, max"),
     (13, "add", "attribute 'reduction' is not an attribute of ScatterElements at opset 13"),
-], ids=["unknown_value", "before_opset_16"])
+    (18, "max", "input 0 'data': reduction 'max' of bool data is not supported"),
+], ids=["unknown_value", "before_opset_16", "max_of_bool"])
 def test_scatter_elements_reduction_refused_by_name(opset, reduction, message):
     """torch-mlir's conversion multiplied for an unknown reduction, and computed one the model's
     opset does not have (onnxruntime rejects that model)."""
@@ -209,5 +210,8 @@ def test_scatter_elements_reduction_refused_by_name(opset, reduction, message):
 
     model = scatter_elements_min_max_model(reduction)
     model.opset_import[0].version = opset
+    if "bool" in message:
+        for vi in (model.graph.input[0], model.graph.input[2], model.graph.output[0]):
+            vi.type.tensor_type.elem_type = TensorProto.BOOL
     with pytest.raises(GqaTorchMlirError, match=message.replace("(", r"\(").replace(")", r"\)")):
         gqa_torch_mlir.compile(model, "torch")
