@@ -111,7 +111,7 @@ class OpBinder:
         (other ONNX ops); a function return or a typed op would no longer verify, naming nothing."""
         for use in self.op.results[i].uses:
             owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-            if owner.name != "torch.operator":
+            if owner.name not in ("torch.operator", "torch.operator_terminator"):  # ONNX ops and their regions' yields
                 raise Refusal(
                     f"is declared {text}, not a ranked tensor type, and '{owner.name}' uses it; "
                     "supported: a !torch.vtensor<[dims],dtype> declaration",

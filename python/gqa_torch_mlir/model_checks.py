@@ -327,6 +327,9 @@ def _first_initializers_kept(graph: onnx.GraphProto) -> None:
         graph.initializer.extend(kept)
 
 
+_FOUR_BIT_TYPES = {getattr(onnx.TensorProto, t) for t in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, t)}
+
+
 def _check_initializer_size(init: onnx.TensorProto) -> None:
     """The data holds as many elements as the dims say (the importer splats a single one)."""
     n = int(np.prod(init.dims)) if init.dims else 1
@@ -335,7 +338,7 @@ def _check_initializer_size(init: onnx.TensorProto) -> None:
             itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
         except Exception:  # a type numpy has no form for: the importer's to judge
             return
-        bits = 4 if init.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4) else 8 * itemsize
+        bits = 4 if init.data_type in _FOUR_BIT_TYPES else 8 * itemsize
         want = -(-n * bits // 8)
         if len(init.raw_data) != want:
             _fail(f"initializer '{init.name}': raw_data holds {len(init.raw_data)} bytes, dims {list(init.dims)} need {want} "

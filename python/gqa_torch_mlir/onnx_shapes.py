@@ -5,9 +5,10 @@ and everything computed from them, untyped, and torch-mlir's importer then
 declares those values ``!torch.none``, which its ONNX lowerings refuse.  Here
 each GroupQueryAttention output gets a ``value_info`` computed from the node's
 input types (onnxruntime's schema), and inference runs again; one round per
-GroupQueryAttention that depends on another, at most.  An output of another
-lowered op ONNX does not know, declared with an element type but no shape,
-gets its rank.
+GroupQueryAttention that depends on another, at most.  The outputs of our
+other lowered ops ONNX does not know (and of a run-time-shaped Reshape, which
+older opsets leave untyped) are typed from their inputs the same way, in
+subgraphs too, where the outer scope's types count.
 """
 
 from __future__ import annotations
