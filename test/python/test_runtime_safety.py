@@ -557,8 +557,9 @@ def test_quantized_codes_round_as_onnxruntime(bits, backend):
 
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_int8_per_tensor_huge_scale_gives_onnxruntime_infinities(backend):
-    """onnxruntime multiplies the int8 PER_TENSOR scale into Q.K^T and P.V of the codes: an
-    infinite scale next to a stored code of 0 gives +-inf there, not 0 * inf = NaN."""
+    """With qk_output, onnxruntime multiplies the int8 PER_TENSOR scale into Q.K^T and P.V of
+    the codes: an infinite scale next to a stored code of 0 gives +-inf there, not 0 * inf = NaN
+    (without qk_output it dequantizes V first: test_gqa_features' inf_v_scale)."""
     cfg = C(kv_bits=8, **QUANT_SMALL)
     model, base = make_model(cfg, {"qk_output": 1}), make_inputs(cfg, seed=11)
     base["past_key"][0, 0, 0, 0] = base["past_value"][0, 0, 0, 0] = 0

@@ -32,7 +32,8 @@ class CacheCodec:
     bits: int  # 0: the cache holds the attention dtype; 8 or 4: quantized
     k_scale: Optional[Tensor] = None
     v_scale: Optional[Tensor] = None
-    per_tensor: bool = False  # int8 PER_TENSOR: the scale multiplies Q.K^T and P.V, as onnxruntime applies it
+    per_tensor: bool = False  # int8 PER_TENSOR: k_scale multiplies Q.K^T, as onnxruntime applies it
+    value_scaled_after: bool = False  # ... and v_scale P.V, as onnxruntime's qk_output path does (else V is dequantized)
 
     @property
     def quantized(self) -> bool:
@@ -78,14 +79,20 @@ class CacheCodec:
             high = tb.add_scalar(tb.floor_divide_scalar(bytes_, 16), -8)  # element 2i+1
             pairs = tb.cat([tb.unsqueeze(low, 4), tb.unsqueeze(high, 4)], 4)  # [B,Hkv,T,Dh/2,2]
             ints = tb.to_dtype(tb.flatten(pairs, 3, 4), "f32")  # -> [B,Hkv,T,Dh]
-        if self.per_tensor:
+        if self._scaled_after(which):
             return ints  # scaled after the matmul (factor)
         return tb.mul(ints, _broadcastable(tb, self.scale(which)))
 
+    def _scaled_after(self, which: str) -> bool:
+        return self.quantized and self.per_tensor and (which == "key" or self.value_scaled_after)
+
     def factor(self, tb: TorchBuilder, which: str) -> Optional[Tensor]:
-        """f32 [1]: the PER_TENSOR scale that multiplies the matmul of decoded codes (onnxruntime
-        scales the integer dot product, so a code of 0 never meets an infinite scale), else None."""
-        return _broadcastable(tb, self.scale(which)) if self.quantized and self.per_tensor else None
+        """f32 [1]: a PER_TENSOR scale that multiplies the matmul of decoded codes, else None.
+
+        onnxruntime scales the integer Q.K^T, so a code of 0 never meets an infinite
+        k_scale; P.V it scales so only with qk_output, and otherwise dequantizes V
+        first (a 0 code times an infinite v_scale is NaN there)."""
+        return _broadcastable(tb, self.scale(which)) if self._scaled_after(which) else None
 
 
 def _broadcastable(tb: TorchBuilder, scale: Tensor) -> Tensor:

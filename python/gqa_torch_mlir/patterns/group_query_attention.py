@@ -104,7 +104,8 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
             rotary = RotaryTables.gather(tb, ins, positions_BS, attrs.rotary_interleaved)
             query_BHSDh = rotary.apply(tb, query_BHSDh)
             key_BHkvSDh = rotary.apply(tb, key_BHkvSDh)
-    codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale, attrs.quant_type == "PER_TENSOR" and attrs.kv_bits == 8)
+    per_tensor = attrs.quant_type == "PER_TENSOR" and attrs.kv_bits == 8
+    codec = CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale, per_tensor, value_scaled_after=per_tensor and attrs.qk_output != 0)
     key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
     update = window_cache_step if attrs.window_cache else kv_cache_step
     cache = update(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc)
@@ -116,8 +117,10 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
         bias = padded_bias(tb, ins, step, cache.present_key)
     keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
-        attn_BHSDh, qk_BHSTt = decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors)
+        attn_BHSDh, qk_BHSTt = decomposed_attention(
+            tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R,
+            (codec.factor(tb, "key"), codec.factor(tb, "value")),
+        )
     else:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
@@ -799,7 +802,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32.
 
     ``factors``: f32 [1] scales multiplying Q.K^T and P.V (a PER_TENSOR cache's,
-    whose K/V are then its codes), or None.
+    whose K or V are then its codes; see CacheCodec.factor), or None.
 
     Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
     so K/V are read once per KV head and never repeated.  Returns the
