@@ -94,3 +94,19 @@ def compare_with_onnxruntime(model, cases, spec_invalid, backend, tmp_path):
             assert "gqa-torch-mlir: Reshape: " in got.error[1], f"{case}: {got.describe()}"
             refusals += 1
     assert 0 < refusals < len(cases)
+
+
+def test_shape_of_dynamic_length_is_refused_by_name():
+    """The output rank must be known: torch-mlir's lowering failed in a later stage (collapse_shape), naming nothing."""
+    import gqa_torch_mlir
+    from gqa_torch_mlir.errors import GqaTorchMlirError
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["X", "shape"], ["Y"])],
+        "reshape",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GqaTorchMlirError, match="input 1 'shape': has a dynamic length, so the output's rank is unknown"):
+        gqa_torch_mlir.compile(model, "linalg-on-tensors")

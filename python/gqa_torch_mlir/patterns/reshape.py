@@ -21,7 +21,7 @@ from typing import List, NamedTuple
 
 from ..binder import OpBinder
 from ..builder import Dim, TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ..registry import NOT_LOWERED, Refusal, onnx_op
 
 
 @onnx_op("Reshape", domain="", since=5)
@@ -29,6 +29,9 @@ def lower_runtime_reshape(b: OpBinder, tb: TorchBuilder):
     if b.num_input_slots() != 2 or b.input_is_constant(1):
         return NOT_LOWERED
     data, shape = b.tensor(0, "data"), b.tensor(1, "shape")
+    if shape is not None and shape.rank == 1 and shape.shape[0] is None:
+        raise Refusal("has a dynamic length, so the output's rank is unknown; supported: a shape input of static length "
+                      "(torch-mlir's tensors are ranked)", "input 1 'shape'")
     if data is None or shape is None or shape.rank != 1 or shape.dtype != "si64" or not shape.shape[0]:
         return NOT_LOWERED  # torch-mlir's conversion handles (or reports) these
     allow_zero = b.attr_int("allowzero", 0) == 1  # onnxruntime reads any other value as 0
