@@ -597,6 +597,22 @@ class TorchBuilder:
         (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
         return Tensor(res, shape, t.dtype)
 
+    def checked_static(self, t: Tensor, dims: dict, what: str, why: str = "") -> Tensor:
+        """:meth:`refine`'s checks, then each checked dim sliced to ``[0, size)``, typed static:
+        [?,..] -> [size,..].
+
+        Not refine's cast: IREE folds a cast of a graph input into the input's import, whose own
+        shape assert then fails before our check and names no input.  After a passed check the
+        slice is the whole dim.
+        """
+        for d, size in dims.items():
+            if t.shape[d] is None:
+                self.check_dim(t, d, size, f"{what} dimension {d} must be {size}{why}")
+        for d, size in dims.items():
+            if t.shape[d] is None:
+                t = self.slice(t, d, 0, size, in_bounds=True)  # [..,?,..] -> [..,size,..]
+        return t
+
     def static_info_cast(self, t: Tensor, type_text: str):
         """Cast to another shape refinement of the same tensor (e.g. an op's declared result type).
 

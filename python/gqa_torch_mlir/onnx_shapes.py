@@ -36,7 +36,7 @@ def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     nothing changes (one round per op that depends on another, at most); subgraphs too."""
     model = infer_shapes(model)
     _rank_unshaped_gqa_inputs(model.graph)
-    typed_ops = sum(1 for g in _graphs(model.graph) for n in g.node if (n.domain, n.op_type) == GQA or (n.domain, n.op_type) in _OUTPUT_TYPES)
+    typed_ops = sum(1 for g, _ in _graphs_in_scope(model.graph, {}) for n in g.node if (n.domain, n.op_type) == GQA or (n.domain, n.op_type) in _OUTPUT_TYPES)
     for _ in range(typed_ops):
         changed = False
         for graph, outer in _graphs_in_scope(model.graph, {}):
@@ -46,14 +46,6 @@ def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
             break
         model = infer_shapes(model)
     return model
-
-
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _graphs(sub)
 
 
 def _graphs_in_scope(graph: onnx.GraphProto, outer: Dict[str, onnx.TypeProto]):

@@ -28,7 +28,7 @@ from typing import List, Optional
 from ..binder import OpBinder
 from ..builder import Tensor, TorchBuilder
 from ..registry import Refusal, onnx_op
-from .matmul_nbits import checked_static, unpack_bits
+from .matmul_nbits import unpack_bits
 
 SUPPORTED_BITS = (4, 8)
 SCALE_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernel (bf16 throws)
@@ -134,7 +134,7 @@ def refined(tb: TorchBuilder, t: Optional[Tensor], shape, subject: str) -> Optio
 
     onnxruntime checks them on every call; the lowered gathers would trust a wrong size.
     """
-    return None if t is None else checked_static(tb, t, dict(enumerate(shape)), f"{_OP}: {subject}", _REJECTS)
+    return None if t is None else tb.checked_static(t, dict(enumerate(shape)), f"{_OP}: {subject}", _REJECTS)
 
 
 def check_shape(t: Tensor, shape, subject: str) -> None:

@@ -133,24 +133,7 @@ def expect_shape(t: Optional[Tensor], shapes, dtype: str, subject: str):
 def refined(tb: TorchBuilder, t: Optional[Tensor], dims: Dict[int, int], subject: str) -> Optional[Tensor]:
     """``t`` with its dynamic ``dims`` made their static sizes, each checked at run time by name
     (onnxruntime checks them on every call; the lowered code would trust a wrong size)."""
-    return None if t is None else checked_static(tb, t, dims, f"{_OP}: {subject}", _REJECTS)
-
-
-def checked_static(tb: TorchBuilder, t: Tensor, dims: Dict[int, int], what: str, why: str) -> Tensor:
-    """``TorchBuilder.refine``'s checks (message ``{what} dimension {i} must be {size}{why}``), then
-    each checked dim sliced to ``[0, size)``, typed static: [?,..] -> [size,..].
-
-    Not refine's cast: IREE folds a cast of a graph input into the input's import, whose own
-    shape assert then fails before our check and names no input.  After a passed check the
-    slice is the whole dim.
-    """
-    for d, size in dims.items():
-        if t.shape[d] is None:
-            tb.check_dim(t, d, size, f"{what} dimension {d} must be {size}{why}")
-    for d, size in dims.items():
-        if t.shape[d] is None:
-            t = tb.slice(t, d, 0, size, in_bounds=True)  # [..,?,..] -> [..,size,..]
-    return t
+    return None if t is None else tb.checked_static(t, dims, f"{_OP}: {subject}", _REJECTS)
 
 
 def unpack_bits(tb: TorchBuilder, packed_XC: Tensor, bits: int) -> Tensor:
