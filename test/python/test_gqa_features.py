@@ -54,8 +54,9 @@ FEATURES = [
     ("gemma2_like_f32_dynamic", C(batch=2, seq=1, past=7, past_lens=(7, 2), rotary=True, dynamic=True), {"local_window_size": 4, "softcap": 30.0, "scale": 0.125}),
     ("sink_smooth_bias_f16", C(batch=1, seq=1, past=4, dtype="float16", dynamic=True, head_sink=True, attention_bias="11"), {"smooth_softmax": 1}),
     ("packed_window_sink", C(batch=1, seq=2, past=5, packed=True, head_sink=True, rotary=True), {"local_window_size": 3}),
-    ("query_seqlens_batched_chunks", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1)), {}),
-    ("query_seqlens_idle_entry", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(2, 0), rotary=True), {}),
+    # onnxruntime writes 0 in output_qk's padding rows (s >= query_seqlens[b]); they are compared.
+    ("query_seqlens_batched_chunks_scores", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1)), {"qk_output": 1}),
+    ("query_seqlens_idle_entry_probs", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(2, 0), rotary=True), {"qk_output": 2}),
     ("query_seqlens_dynamic", C(batch=3, seq=4, past=10, past_lens=(0, 5, 3), query_lens=(4, 2, 1), rotary=True, dynamic=True), {}),
     ("query_seqlens_position_ids", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), rotary=True, position_ids=True), {}),
     ("query_seqlens_window_softcap_f16", C(batch=2, seq=2, past=6, past_lens=(3, 4), query_lens=(2, 1), dtype="float16"), {"local_window_size": 3, "softcap": 4.0}),

@@ -833,7 +833,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     qk = None
     if attrs.qk_output:
         raw = scores_BHST if attrs.qk_output == 1 else probs_BHST  # masked columns hold 0, as onnxruntime's (even in a NaN row)
-        raw = tb.where_else_scalar(visible_B1ST, raw, 0.0)
+        raw = tb.where_else_scalar(qk_written(tb, step, ins, visible_B1ST), raw, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
     return tb.to_dtype(attn_BHSDh, dtype), qk
 
@@ -883,6 +883,19 @@ def masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tensor:
         denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.neg(max_BHS1)))
     denom_BHS1 = tb.where_scalar_else(tb.eq_scalar(denom_BHS1, 0.0), 1.0, denom_BHS1)
     return tb.div(exp_BHST, denom_BHS1)
+
+
+def qk_written(tb: TorchBuilder, step: Step, ins: GqaInputs, visible_B1ST: Tensor) -> Tensor:
+    """i1 [B,1,S,T]: the output_qk entries onnxruntime fills; the others hold 0.
+
+    The visible keys of each query, and with query_seqlens only its valid rows
+    s < query_seqlens[b] (a padding row has i = past_len[b] + s > seqlens_k[b]).
+    """
+    if ins.query_seqlens is None:
+        return visible_B1ST
+    valid_BS = tb.le(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))  # i <= seqlens_k[b]: [B,S]
+    valid_B1S1 = tb.unsqueeze(tb.unsqueeze(valid_BS, 1), 3)  # [B,S] -> [B,1,S,1]
+    return tb.logical_and(visible_B1ST, valid_B1S1)
 
 
 def qk_columns(tb, qk_BHST: Tensor, step: Step, ins: GqaInputs) -> Tensor:

@@ -571,9 +571,10 @@ def _compare_cache(name: str, got: np.ndarray, want: np.ndarray, seqlens_k: np.n
     return msgs
 
 
-def _compare_qk(got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: float, rtol: float) -> list[str]:
+def _compare_qk(got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, query_lens, atol: float, rtol: float) -> list[str]:
     """output_qk [B,H,S,total]: per batch row b, only key columns [0, seqlens_k[b]+1)
-    (onnxruntime leaves the others unwritten)."""
+    (onnxruntime leaves the others unwritten); with query_seqlens, padding rows
+    s >= query_seqlens[b] whole (onnxruntime writes 0 there)."""
     if got.shape != want.shape:
         return [f"output_qk: shape {tuple(got.shape)} != onnxruntime's {tuple(want.shape)}"]
     msgs = []
@@ -582,6 +583,10 @@ def _compare_qk(got: np.ndarray, want: np.ndarray, seqlens_k: np.ndarray, atol: 
         found = _mismatch(got[b, ..., :cols], want[b, ..., :cols], atol, rtol)
         if found:
             msgs.append(_describe(f"output_qk[b={b}]: columns [0,{cols})", found, b, want[b, ..., :cols].size))
+        rows = slice(int(query_lens[b]), None) if query_lens is not None else slice(0, 0)
+        found = _mismatch(got[b, :, rows], want[b, :, rows], atol, rtol)
+        if found:
+            msgs.append(_describe(f"output_qk[b={b}]: padding rows [{rows.start},S)", found, b, want[b, :, rows].size))
     return msgs
 
 
@@ -624,7 +629,8 @@ def compare(
         elif name in _CACHE_OUTPUTS:
             msgs += _compare_cache(name, got_arr, want_arr, seqlens_k, atol, rtol)
         elif name == "output_qk":
-            msgs += _compare_qk(got_arr, want_arr, seqlens_k, atol, rtol)
+            query_lens = np.asarray(feeds["query_seqlens"]).reshape(-1) if "query_seqlens" in feeds else None
+            msgs += _compare_qk(got_arr, want_arr, seqlens_k, query_lens, atol, rtol)
         elif "query_seqlens" in feeds:  # rows past query_seqlens[b] are padding: unspecified
             for b, q in enumerate(np.asarray(feeds["query_seqlens"]).reshape(-1)):
                 msgs += [m.replace("[b=0]", f"[b={b}]") for m in _compare_output(name, got_arr[b : b + 1, : int(q)], want_arr[b : b + 1, : int(q)], atol, rtol)]
