@@ -168,6 +168,26 @@ def test_shared_buffers_update_the_fixed_capacity_cache_in_place():
         want = run_onnxruntime(model, theirs_feeds)
         assert_matches(cfg, got, want, theirs_feeds, f"step {i}")
         ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
+    # One buffer fed as both caches reads as fed: each in-place write needs its own buffer.
+    feeds = make_inputs(_fixed_capacity_steps(5)[-1], seed=300)
+    got = run_session(sess, dict(feeds, past_key=ours[0], past_value=ours[0]))
+    theirs_feeds = dict(feeds, past_key=theirs[0], past_value=theirs[0].copy())
+    assert_matches(steps[-1], got, run_onnxruntime(model, theirs_feeds), theirs_feeds, "one buffer as past_key and past_value")
+
+
+def test_shared_buffers_with_a_4bit_cache():
+    """A 4-bit cache (uint8 bytes, int8 in the compiled code) stays on the device and is updated in place too."""
+    steps = [C(batch=1, seq=1, past=8, past_lens=(n,), fixed_capacity=True, kv_bits=4, quant_type="PER_CHANNEL") for n in (3, 4)]
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    first_feeds = make_inputs(steps[0], seed=7)
+    first, want = run_session(sess, first_feeds), run_onnxruntime(model, first_feeds)
+    feeds = make_inputs(steps[1], seed=8)
+    ours_feeds, theirs_feeds = fed_back(feeds, (first["present_key"], first["present_value"]), (want["present_key"], want["present_value"]))
+    second = run_session(sess, ours_feeds)
+    assert np.shares_memory(second["present_key"], first["present_key"])
+    assert sess.uploaded_bytes == sum(np.asarray(v).nbytes for k, v in feeds.items() if not k.startswith("past_"))  # no cache upload
+    assert_matches(steps[1], second, run_onnxruntime(model, theirs_feeds), theirs_feeds, "the 4-bit cache fed back")
 
 
 def test_without_shared_buffers_a_fed_cache_is_never_changed():

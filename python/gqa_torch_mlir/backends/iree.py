@@ -451,7 +451,7 @@ class IreeCompiledModule:
         run-time check with just its message (IREE stops at the first one).
         """
         invoker = self._invoker(function)
-        arrays = [self._argument(a) for a in args]
+        arrays = self._arguments(args)
         self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
         with self._lock:
             try:
@@ -473,24 +473,41 @@ class IreeCompiledModule:
         self._resident.remember(host, device_array)
         return host
 
-    def _argument(self, a):
-        if self.share_buffers:
-            device_array = self._resident.device_array_of(a)
-            if device_array is not None:
-                return device_array
-        return np.ascontiguousarray(a) if np.ndim(a) else np.asarray(a)
+    def _arguments(self, args) -> list:
+        """Device arrays for the resident arguments (share_buffers), host arrays for the rest.
+
+        A resident buffer is passed once per call: the call may write it in
+        place, so an argument overlapping one already passed (the same cache fed
+        as past_key and past_value) is uploaded as a copy of its values instead.
+        """
+        passed, shared = [], []
+        for a in args:
+            device_array = self._resident.device_array_of(a) if self.share_buffers else None
+            if device_array is not None and not any(np.may_share_memory(a, b) for b in shared):
+                shared.append(a)
+                passed.append(device_array)
+            else:
+                passed.append(np.array(a) if any(np.may_share_memory(a, b) for b in shared) else _host_argument(a))
+        return passed
 
     def _host_result(self, function: str, i: int, r) -> np.ndarray:
         # A mapping of the result's own device buffer, which the array keeps alive
         # (no copy: fresh multi-MB host arrays cost page faults on every call).
         host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
         if function == self.function and i < len(self._output_dtypes) and host.dtype != self._output_dtypes[i]:
-            return host.astype(self._output_dtypes[i])  # IREE returns i1 as i8: a copy, not shared
+            want = np.dtype(self._output_dtypes[i])
+            if not (want.kind in "iu" and host.dtype.kind in "iu" and want.itemsize == host.dtype.itemsize):
+                return host.astype(want)  # IREE returns i1 as i8: a copy, not shared
+            host = host.view(want)  # signless integers (a uint8 cache comes back as int8): the same bytes, shared
         if hasattr(r, "to_host"):
             host = np.asarray(_KeepsDeviceArray(host, r))
         if self.share_buffers and hasattr(r, "to_host"):
             self._resident.remember(host, r)
         return host
+
+
+def _host_argument(a):
+    return np.ascontiguousarray(a) if np.ndim(a) else np.asarray(a)
 
 
 class _KeepsDeviceArray:
@@ -531,7 +548,20 @@ class _ResidentArrays:
         self._by_id[key] = (weakref.ref(host, forget), device_array)
 
     def device_array_of(self, array):
-        entry = self._by_id.get(id(array))
-        if entry is not None and entry[0]() is array:
-            return entry[1]
+        """The device array behind ``array``: a view handed out, or a whole-buffer view
+        of one (the uint8 cache crosses as an int8 view of the same bytes)."""
+        view = array
+        while isinstance(view, np.ndarray):
+            entry = self._by_id.get(id(view))
+            if entry is not None and entry[0]() is view:
+                return entry[1] if _same_buffer(array, view) else None
+            view = view.base
         return None
+
+
+def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` is all of ``b``'s memory, laid out as ``b`` is (possibly with another element type of its size)."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.shape == b.shape and a.strides == b.strides and a.itemsize == b.itemsize
+    )
