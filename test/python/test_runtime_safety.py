@@ -223,6 +223,28 @@ def test_run_time_shape_mismatch_on_iree(name):
     assert not compare(cfg, got, run_onnxruntime(model, good), good)
 
 
+def test_symbolic_scale_dims_are_checked_by_name():
+    """PER_CHANNEL k_scale/v_scale declared with symbolic dims and fed the wrong size in
+    each: a RuntimeInvocationError naming the input and dim.  The first check of the
+    function once went unreported on the refbackend (LLVM passed its i1 condition to
+    the C callback without extending it): a plain RuntimeError without a message."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", dynamic=True)
+    model = make_model(cfg)
+    for value in model.graph.input:
+        if value.name in ("k_scale", "v_scale"):
+            for k, dim in enumerate(value.type.tensor_type.shape.dim):
+                dim.Clear()
+                dim.dim_param = f"{value.name}_d{k}"
+    session, feeds = InferenceSession(model), make_inputs(cfg)
+    for name in ("k_scale", "v_scale"):
+        for axis, want in enumerate(feeds[name].shape):
+            wrong = dict(feeds, **{name: np.repeat(feeds[name], 2, axis=axis)})
+            with pytest.raises(RuntimeInvocationError, match=f"{name} dimension {axis} must be {want} "):
+                session.run(None, wrong)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert not compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+
+
 def test_static_seqlens_k_length_fixes_a_dynamic_batch():
     """seqlens_k declared [2] beside a symbolic batch: the batch is 2 (it once failed in torch-mlir's
     linalg lowering, which met a static 2 and a dynamic batch in one op), checked at run time."""

@@ -431,13 +431,17 @@ def _condition_slice(head: ir.Operation, checks: list[ir.Operation]) -> list[ir.
 
 
 def _declare_check_callback(module: ir.Module) -> None:
-    """``func.func private @refbackend_runtime_check(i1, i64)``: ``CompiledModule`` registers it."""
-    i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+    """``func.func private @refbackend_runtime_check(i64, i64)``: ``CompiledModule`` registers it.
+
+    The condition crosses as an i64 (0 or 1), not an i1: LLVM passes an i1
+    argument without extending it, and the C side read garbage upper bits of
+    a false condition as true (a failed check went unreported)."""
+    i64 = ir.IntegerType.get_signless(64)
     ir.Operation.create(
         "func.func",
         attributes={
             "sym_name": ir.StringAttr.get(_CHECK_CALLBACK),
-            "function_type": ir.TypeAttr.get(ir.FunctionType.get([i1, i64], [])),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([i64, i64], [])),
             "sym_visibility": ir.StringAttr.get("private"),
             "llvm.emit_c_interface": ir.UnitAttr.get(),  # register_runtime binds _mlir_ciface_<name>
         },
@@ -448,13 +452,14 @@ def _declare_check_callback(module: ir.Module) -> None:
 
 
 def _report_check(ok: ir.Value, check_id: int, ip: ir.InsertionPoint) -> None:
-    """Call the check callback with ``ok`` and the check's id."""
+    """Call the check callback with ``ok`` (zero-extended to i64) and the check's id."""
     i64 = ir.IntegerType.get_signless(64)
     id_value = ir.Operation.create(
         "arith.constant", results=[i64], attributes={"value": ir.IntegerAttr.get(i64, check_id)}, ip=ip
     ).result
+    ok_i64 = ir.Operation.create("arith.extui", results=[i64], operands=[ok], ip=ip).result
     ir.Operation.create(
-        "func.call", operands=[ok, id_value], attributes={"callee": ir.FlatSymbolRefAttr.get(_CHECK_CALLBACK)}, ip=ip
+        "func.call", operands=[ok_i64, id_value], attributes={"callee": ir.FlatSymbolRefAttr.get(_CHECK_CALLBACK)}, ip=ip
     )
 
 
@@ -570,11 +575,11 @@ def _make_consumer(dtypes: Sequence[np.dtype], slot: _ResultSlot) -> Callable:
 
 
 def _make_check_callback(slot: _ResultSlot) -> Callable:
-    def check(ok: bool, check_id: int) -> None:
-        if not ok:
+    def check(ok: int, check_id: int) -> None:
+        if ok != 1:
             slot.failed_checks.append(check_id)
 
-    return ctypes.CFUNCTYPE(None, ctypes.c_bool, ctypes.c_int64)(check)
+    return ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(check)
 
 
 def _check_argument(function: str, index: int, spec: TensorSpec, arg: object) -> np.ndarray:
