@@ -597,18 +597,20 @@ def _check_argument(function: str, index: int, spec: TensorSpec, arg: object) ->
     if not fits:
         got = TensorSpec(array.shape, array.dtype)
         raise RuntimeInvocationError(f"@{function} argument {index}: expected {spec}, got {got}")
-    return _with_row_major_strides(array) if array.size == 0 else array
+    return _with_row_major_strides(array)
 
 
-def _with_row_major_strides(empty: np.ndarray) -> np.ndarray:
-    """An empty array with the strides of a row-major layout.
+def _with_row_major_strides(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array with the strides of a row-major layout.
 
-    numpy calls any empty array C-contiguous but gives it zero (or a sliced
-    parent's) strides; the descriptor passes them on, and runtime verification
-    rejects strides that contradict the identity layout (no element is read).
+    numpy calls an array C-contiguous whatever the strides of its dims of size
+    1 (``np.array([n, 0])[::2]`` keeps a stride of 8 bytes) and any empty array
+    whatever its strides (zero, or a sliced parent's); the descriptor passes
+    them on, and runtime verification rejects strides that contradict the
+    identity layout.  Those strides never step to another element.
     """
-    strides = [empty.itemsize * math.prod(empty.shape[i + 1 :]) for i in range(empty.ndim)]
-    return np.lib.stride_tricks.as_strided(empty, strides=strides)
+    strides = tuple(array.itemsize * math.prod(array.shape[i + 1 :]) for i in range(array.ndim))
+    return array if array.strides == strides else np.lib.stride_tricks.as_strided(array, strides=strides)
 
 
 def _check_arguments(function: str, specs: list[TensorSpec], args: tuple) -> list[np.ndarray]:
