@@ -462,6 +462,9 @@ class TorchBuilder:
     def logical_or(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.logical_or", a, b, "i1")
 
+    def logical_not(self, t: Tensor) -> Tensor:
+        return self.tensor_op("torch.aten.logical_not", [t.value], t.shape, "i1")
+
     def maximum(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.maximum", a, b, a.dtype)
 

@@ -223,6 +223,25 @@ def test_run_time_shape_mismatch_on_iree(name):
     assert not compare(cfg, got, run_onnxruntime(model, good), good)
 
 
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_positions_of_padding_rows_are_not_read(backend):
+    """Right-padded chunks: onnxruntime never reads a padding row's position_ids (s >= query_seqlens[b]),
+    so -1 or a huge pad computes there; a valid row's out-of-range position is still refused."""
+    cfg = C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), rotary=True, position_ids=True, dynamic=True)
+    model = make_model(cfg)
+    session = InferenceSession(model, backend=backend, **({"runtime_verification": True} if backend == "refbackend" else {}))
+    feeds = make_inputs(cfg)
+    for pad in (-1, 2**63 - 1):
+        positions = feeds["position_ids"].copy()
+        positions[1, 1:] = pad  # batch row 1 has one valid row
+        padded = dict(feeds, position_ids=positions)
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, padded)))
+        assert not compare(cfg, got, run_onnxruntime(model, padded), padded), pad
+    positions[1, 0] = -1
+    with pytest.raises(RuntimeInvocationError, match="rotary positions"):
+        session.run(None, dict(feeds, position_ids=positions))
+
+
 def test_symbolic_scale_dims_are_checked_by_name():
     """PER_CHANNEL k_scale/v_scale declared with symbolic dims and fed the wrong size in
     each: a RuntimeInvocationError naming the input and dim.  The first check of the

@@ -102,7 +102,7 @@ INPUTS: List[InputRule] = [
     InputRule(13, "v_scale", True, "like k_scale"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
-    InputRule(16, "query_seqlens", True, "int32 [B]: valid rows of right-padded chunks (past_len = seqlens_k + 1 - query_seqlens); needs causal=1 and past"),
+    InputRule(16, "query_seqlens", True, "int32 [B]: valid rows of right-padded chunks (past_len = seqlens_k + 1 - query_seqlens); needs causal=1 and past; a padding row's position_ids are not read, its output_qk row is 0 (as onnxruntime)"),
 ]
 
 OUTPUTS = ["output", "present_key", "present_value", "output_qk"]

@@ -524,8 +524,11 @@ def checked_rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Te
     """Rotary rows, clamped into the cos/sin caches [0, M)."""
     positions_BS = rotary_positions(tb, ins, step)
     last = tb.dim_sub(tb.size(ins.cos_cache, 0), 1)
+    ok_BS = tb.in_range(positions_BS, 0, last)
+    if ins.query_seqlens is not None:  # onnxruntime never reads a padding row's position (-1 is a common pad)
+        ok_BS = tb.logical_or(ok_BS, tb.logical_not(valid_query_rows(tb, step)))
     tb.runtime_check(
-        tb.in_range(positions_BS, 0, last),
+        ok_BS,
         "GroupQueryAttention: rotary positions (position_ids, or the tokens' positions) must lie in [0, cos_cache rows)",
     )
     return tb.clamp_int(positions_BS, 0, last)
@@ -893,9 +896,13 @@ def qk_written(tb: TorchBuilder, step: Step, ins: GqaInputs, visible_B1ST: Tenso
     """
     if ins.query_seqlens is None:
         return visible_B1ST
-    valid_BS = tb.le(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))  # i <= seqlens_k[b]: [B,S]
-    valid_B1S1 = tb.unsqueeze(tb.unsqueeze(valid_BS, 1), 3)  # [B,S] -> [B,1,S,1]
+    valid_B1S1 = tb.unsqueeze(tb.unsqueeze(valid_query_rows(tb, step), 1), 3)  # [B,S] -> [B,1,S,1]
     return tb.logical_and(visible_B1ST, valid_B1S1)
+
+
+def valid_query_rows(tb: TorchBuilder, step: Step) -> Tensor:
+    """i1 [B,S]: the rows s < query_seqlens[b] of a right-padded chunk, i = past_len[b] + s <= seqlens_k[b]."""
+    return tb.le(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))
 
 
 def qk_columns(tb, qk_BHST: Tensor, step: Step, ins: GqaInputs) -> Tensor:
