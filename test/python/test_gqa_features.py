@@ -87,6 +87,8 @@ FEATURES = [
     # onnxruntime reads v_quant_type only when k_quant_type turns quantization on.
     ("v_quant_type_without_k_quant_type_means_off", C(batch=1, seq=1, past=3), {"v_quant_type": "PER_TENSOR"}),
     ("softcap_nan_means_off", C(batch=1, seq=2, past=3), {"softcap": float("nan")}),  # NaN > 0 is false
+    # Without q/k norm weights onnxruntime computes whatever the epsilons hold.
+    ("norm_epsilons_without_weights_means_off", C(batch=1, seq=1, past=3), {"qk_norm_epsilon": -1.0, "q_norm_epsilon": 0.0, "k_norm_epsilon": float("nan")}),
 ]
 
 

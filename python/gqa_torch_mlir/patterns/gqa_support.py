@@ -32,10 +32,6 @@ def _finite_nonneg(v):
     return math.isfinite(v) and v >= 0.0
 
 
-def _positive_finite(v):
-    return math.isfinite(v) and v > 0.0
-
-
 QUANT_TYPES = ("NONE", "PER_TENSOR", "PER_CHANNEL")
 
 
@@ -70,10 +66,11 @@ ATTRIBUTES: Dict[str, AttrRule] = {
     "kv_cache_bit_width": AttrRule("int", 0, _is(0, 4, 8), "0 without quantization; 8 (int8 cache) or 4 (uint8 cache, two values a byte) with it"),
     "k_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as v_quant_type)"),
     "v_quant_type": AttrRule("string", "NONE", _is(*QUANT_TYPES), "'NONE', 'PER_TENSOR' or 'PER_CHANNEL' (the same as k_quant_type; ignored when k_quant_type is 'NONE', as onnxruntime)"),
-    # Epsilons only matter with q_norm_weight/k_norm_weight, which are refused.
-    "qk_norm_epsilon": AttrRule("float", 1e-6, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
-    "q_norm_epsilon": AttrRule("float", None, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
-    "k_norm_epsilon": AttrRule("float", None, _positive_finite, "finite > 0 (no effect without q/k norm weights)"),
+    # Epsilons only matter with q_norm_weight/k_norm_weight, which are refused;
+    # onnxruntime computes whatever they hold without them (0, -1, NaN, inf).
+    "qk_norm_epsilon": AttrRule("float", 1e-6, _any_float, "any value (no effect without q/k norm weights, which are refused)"),
+    "q_norm_epsilon": AttrRule("float", None, _any_float, "any value (no effect without q/k norm weights, which are refused)"),
+    "k_norm_epsilon": AttrRule("float", None, _any_float, "any value (no effect without q/k norm weights, which are refused)"),
 }
 
 
