@@ -375,6 +375,19 @@ def test_declarations_onnxruntime_runs_agree_with_it(name, cfg, declare):
     assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
 
 
+def test_per_channel_scales_of_another_shape_are_read_flat():
+    """onnxruntime checks only a PER_CHANNEL scale's element count (Hkv*Dh) and reads it flat."""
+    cfg = C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", rotary=True)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=11)
+    for name, shape in (("k_scale", [cfg.kv_num_heads * cfg.head_size]), ("v_scale", [cfg.kv_num_heads, cfg.head_size])):
+        dims = next(i for i in model.graph.input if i.name == name).type.tensor_type.shape.dim
+        del dims[:]
+        for n in shape:
+            dims.add().dim_value = n
+        feeds[name] = feeds[name].reshape(shape)
+    assert not compare(cfg, _run_ours(model, feeds), run_onnxruntime(model, feeds), feeds)
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("what", ["nan_key", "nan_value", "zero_scale", "nan_scale", "inf_v_scale"])
 def test_quantized_cache_stores_nan_and_zero_scale_as_onnxruntime(bits, what):

@@ -95,7 +95,7 @@ INPUTS: List[InputRule] = [
     InputRule(9, "position_ids", True, "int64 [B,W,...], W >= S: rotary positions, entry b*S+s of the flattened tensor (as onnxruntime; a first prompt uses entry 0 + s); shape checked whenever given"),
     InputRule(10, "attention_bias", True, "[B|1,H|1,S,total_sequence_length], added to the scaled (soft-capped) scores"),
     InputRule(11, "head_sink", True, "[H]: per-head sink logit in the softmax denominator"),
-    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL), with a quantized cache; without one its values are ignored (as onnxruntime), its type checked"),
+    InputRule(12, "k_scale", True, "f32 [1] (PER_TENSOR) or [1,Hkv,1,Dh] (PER_CHANNEL; any static shape of Hkv*Dh elements is read flat, as onnxruntime), with a quantized cache; without one its values are ignored (as onnxruntime), its type checked"),
     InputRule(13, "v_scale", True, "like k_scale"),
     InputRule(14, "q_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
     InputRule(15, "k_norm_weight", False, "refused when given: onnxruntime's CPU kernel rejects it, so it cannot be verified"),
@@ -382,6 +382,12 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
     _check_scales(t, attrs, Dh)
 
 
+def flat_channel_scale(shape, Hkv: int, Dh: int) -> bool:
+    """A PER_CHANNEL scale of another static shape with Hkv*Dh elements, read flat as
+    onnxruntime reads it (it checks the element count only): [Hkv*Dh], [Hkv,Dh], ..."""
+    return all(d is not None for d in shape) and math.prod(shape) == Hkv * Dh and tuple(shape) != (1, Hkv, 1, Dh)
+
+
 def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
     for slot, name in ((12, "k_scale"), (13, "v_scale")):
         scale = t[name]
@@ -394,10 +400,11 @@ def _check_scales(t: dict, attrs: GqaAttributes, Dh: int):
         per_channel = (1, attrs.kv_num_heads, 1, Dh)
         if attrs.quant_type == "PER_CHANNEL":  # a symbolic dim is checked at run time (unify_dims)
             ok = scale.rank == 4 and all(d is None or d == w for d, w in zip(scale.shape, per_channel))
+            ok = ok or flat_channel_scale(scale.shape, attrs.kv_num_heads, Dh)
         else:
             ok = all(d is None or d == 1 for d in scale.shape)
         if not ok:
-            want = "[1,Hkv,1,Dh] = " + _fmt(per_channel) if attrs.quant_type == "PER_CHANNEL" else "one element ([1])"
+            want = f"[1,Hkv,1,Dh] = {_fmt(per_channel)}, or any static shape of Hkv*Dh = {attrs.kv_num_heads * Dh} elements" if attrs.quant_type == "PER_CHANNEL" else "one element ([1])"
             raise Refusal(f"shape {_fmt(scale.shape)} is not supported for {attrs.quant_type}; supported: {want}", _input_subject(slot))
 
 

@@ -40,7 +40,7 @@ from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ..registry import Refusal, onnx_op
 from .gqa_cache import CacheCodec
 from .gqa_window import WindowPlan, plan_window
-from .gqa_support import OUTPUTS, GqaAttributes, read_attributes, validate_inputs
+from .gqa_support import OUTPUTS, GqaAttributes, flat_channel_scale, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
 
@@ -197,6 +197,10 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
     if attrs.kv_bits:  # one element, or [1,Hkv,1,Dh] per channel
         for name in ("k_scale", "v_scale"):
             scale = getattr(ins, name)
+            if attrs.quant_type == "PER_CHANNEL" and flat_channel_scale(scale.shape, Hkv, Dh):
+                flat = tb.flatten(scale, 0, scale.rank - 1) if scale.rank > 1 else scale  # [Hkv,Dh]... -> [Hkv*Dh]
+                scale = tb.unflatten(flat, 0, [1, Hkv, 1, Dh])  # -> [1,Hkv,1,Dh]
+                setattr(ins, name, scale)
             sizes = (1, Hkv, 1, Dh) if attrs.quant_type == "PER_CHANNEL" else (1,) * scale.rank
             _refine(tb, ins, name, dict(enumerate(sizes)), f" ({attrs.quant_type} quantization)")
     batch_dims = dict(_BATCH_DIMS)
