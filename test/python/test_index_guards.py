@@ -1,5 +1,5 @@
-"""GatherElements, GatherND, ScatterElements and ScatterND with run-time indices
-(patterns/gather_elements.py, gather_nd.py, scatter_elements.py, scatter_nd.py)
+"""Gather, GatherElements, GatherND, ScatterElements and ScatterND with run-time indices
+(patterns/gather.py, gather_elements.py, gather_nd.py, scatter_elements.py, scatter_nd.py)
 against onnxruntime.
 
 torch-mlir's lowerings trusted the indices: out of range they read or wrote
@@ -34,6 +34,12 @@ def node_model(op, inputs, out_dims, **attrs):
 
 def data(*shape):
     return np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
+
+
+def gather():
+    model = node_model("Gather", [("X", F, ["a", 5]), ("idx", I64, ["n"])], ["n", 5], axis=0)
+    feeds = [{"X": data(4, 5), "idx": np.array([3, v, -4], np.int64)} for v in [1, -1, 4, -5] + HOSTILE]
+    return model, feeds
 
 
 def gather_elements():
@@ -76,7 +82,7 @@ def scatter_nd():
     return model, feeds
 
 
-MODELS = {f.__name__: f for f in (gather_elements, gather_elements_i32_axis0, gather_nd, gather_nd_batch_dims, scatter_elements, scatter_nd)}
+MODELS = {f.__name__: f for f in (gather, gather_elements, gather_elements_i32_axis0, gather_nd, gather_nd_batch_dims, scatter_elements, scatter_nd)}
 
 
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])

@@ -11,7 +11,7 @@ torch-mlir's pipeline, which names no input.  Both found defects (a large
 softcap 1.05 off; a static seqlens_k beside a symbolic batch failing in
 torch-mlir's linalg lowering).
 
-CI runs GQA_MUTATION_EXAMPLES (default 14) of each; more on demand:
+CI runs GQA_MUTATION_EXAMPLES (default 10) of each; more on demand:
 ``GQA_MUTATION_EXAMPLES=500 .venv/bin/python -m pytest -q test/python/test_mutations.py``.
 """
 
@@ -33,7 +33,7 @@ from gqa_torch_mlir.passes import PASS_ARGUMENT
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig as C
 from gqa_torch_mlir.testing.gqa_onnx import compare, make_inputs, make_model, run_onnxruntime, window_resident
 
-EXAMPLES = int(os.environ.get("GQA_MUTATION_EXAMPLES", "14"))
+EXAMPLES = int(os.environ.get("GQA_MUTATION_EXAMPLES", "10"))
 
 BASES = [
     C(batch=2, seq=1, past=6, past_lens=(6, 3), rotary=True),

@@ -21,7 +21,7 @@ total_sequence_length = max(seqlens_k) + 1), no qk_output with a quantized
 cache.
 
 Environment:
-  GQA_PROPERTY_EXAMPLES  number of examples (default 12: about 45 s on one core)
+  GQA_PROPERTY_EXAMPLES  number of examples (default 10: about 40 s on one core)
   GQA_PROPERTY_SEED      run a different deterministic draw (default: derived from the test)
   GQA_PROPERTY_SHRINK    1 to let hypothesis shrink a failure (slow: ~1 s a compile)
 """
@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
-EXAMPLES = int(os.environ.get("GQA_PROPERTY_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("GQA_PROPERTY_EXAMPLES", "10"))
 SEED = os.environ.get("GQA_PROPERTY_SEED")
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target) + ((Phase.shrink,) if os.environ.get("GQA_PROPERTY_SHRINK") == "1" else ())
 
