@@ -103,6 +103,8 @@ BAD_DIRECTORIES = {
     "config_more_layers": (lambda p: _decoder_dir(p, _set_decoder("num_hidden_layers", 3)), ["decoder of 3 layers", "past_key_values.2.key"]),
     "config_fewer_layers": (lambda p: _decoder_dir(p, _set_decoder("num_hidden_layers", 1)), ["more layers than", "past_key_values.1.key"]),
     "config_kv_heads_wrong": (lambda p: _decoder_dir(p, _set_decoder("num_key_value_heads", 4)), ["decoder.num_key_value_heads is 4"]),
+    # a TypeError traceback once
+    "config_vocab_size_a_string": (lambda p: _decoder_dir(p, lambda c: c["model"].update(vocab_size="211")), ["model.vocab_size must be a positive integer, got '211'"]),
 }
 
 

@@ -41,8 +41,8 @@ class Decoder:
         if not self.path.is_file():
             raise GqaTorchMlirError(f"no ONNX model at '{self.path}' (genai_config.json's decoder.filename)")
         self.layers, self.kv_heads, self.head_size = (_positive(config, k) for k in ("num_hidden_layers", "num_key_value_heads", "head_size"))
-        self.vocab_size = model.get("vocab_size")  # token ids outside it are refused before a run
-        self.context_length = model.get("context_length")
+        self.vocab_size = _optional_positive(model, "vocab_size")  # token ids outside it are refused before a run
+        self.context_length = _optional_positive(model, "context_length")
         try:
             graph = onnx.load(str(self.path), load_external_data=False).graph
         except Exception as e:  # protobuf decode errors
@@ -140,6 +140,16 @@ def _section(config, key: str, where: str) -> dict:
     value = config.get(key) if isinstance(config, dict) else None
     if not isinstance(value, dict):
         raise GqaTorchMlirError(f"genai_config.json: '{where}' has no \"{key}\" object")
+    return value
+
+
+def _optional_positive(model: dict, key: str) -> Optional[int]:
+    """model.<key>, a positive integer when given."""
+    if model.get(key) is None:
+        return None
+    value = model[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise GqaTorchMlirError(f"genai_config.json: model.{key} must be a positive integer, got {value!r}")
     return value
 
 
