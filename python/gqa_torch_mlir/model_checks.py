@@ -23,7 +23,7 @@ import onnx.defs
 from onnx import AttributeProto, numpy_helper
 
 from .errors import GqaTorchMlirError, LoweringError
-from .onnx_shapes import infer_shapes_with_contrib_ops
+from .onnx_shapes import GQA, infer_shapes_with_contrib_ops
 from .registry import REGISTRY
 
 #: Attribute types our contrib-op lowerings read; the others have no MLIR form in the importer.
@@ -44,7 +44,13 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
         _check_unique_names(graph)
         _check_tensor_types(graph)
     proto = _graph_forms_normalized(proto)
-    proto = infer_shapes_with_contrib_ops(proto)
+    declared = _declared_output_shapes_released(proto)
+    try:
+        inferred = infer_shapes_with_contrib_ops(proto)  # a new model
+    finally:
+        _declared_output_shapes_restored(proto, declared)
+    proto = inferred
+    _released_outputs_ranked(proto.graph, {proto.graph.output[i].name: len(t.tensor_type.shape.dim) for i, t in declared.items()})
     _type_graph_outputs(proto.graph)
     _check_constant_indices(proto.graph)
     return _unnamed_nodes_labelled(with_node_domains_imported(proto))
@@ -396,6 +402,52 @@ def _reads(node: onnx.NodeProto) -> List[str]:
             for inner in sub.node:
                 names.extend(_reads(inner))
     return names
+
+
+def _declared_output_shapes_released(proto: onnx.ModelProto) -> Dict[int, onnx.TypeProto]:
+    """Clear, in place, the declared shapes of the graph outputs that ops other than
+    GroupQueryAttention compute, for inference to type them; returns their declared
+    types by output index, which the caller puts back (the model is the caller's).
+
+    onnxruntime computes an output whatever its declared shape says (it only
+    warns); the importer typed the value by the declaration and torch-mlir's
+    lowerings computed the declared number of rows: logits declared
+    [batch, 1, vocab] gave row 0 of a 5-token prefill (the caches lost rows 1-4)
+    on iree-cpu and a double free on the refbackend, a declared batch of 2 read
+    past the buffer.  GroupQueryAttention's own declared outputs are checked by
+    its lowering."""
+    graph = proto.graph
+    producers = {name: node for node in graph.node for name in node.output if name}
+    given = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    declared = {}
+    for i, out in enumerate(graph.output):
+        node = producers.get(out.name)
+        if node is None or out.name in given or (node.domain, node.op_type) == GQA:
+            continue
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            declared[i] = onnx.TypeProto()
+            declared[i].CopyFrom(out.type)
+            out.type.tensor_type.ClearField("shape")
+    return declared
+
+
+def _declared_output_shapes_restored(proto: onnx.ModelProto, declared: Dict[int, onnx.TypeProto]) -> None:
+    for i, declared_type in declared.items():
+        proto.graph.output[i].type.CopyFrom(declared_type)
+
+
+def _released_outputs_ranked(graph: onnx.GraphProto, ranks: Dict[str, int]) -> None:
+    """A released output inference left without a shape keeps its declared rank, every dim symbolic."""
+    inferred = {vi.name: vi.type for vi in graph.value_info}
+    for out in graph.output:
+        if out.name not in ranks or out.type.tensor_type.HasField("shape"):
+            continue
+        if out.name in inferred and inferred[out.name].tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(inferred[out.name].tensor_type.shape)
+            continue
+        shape = out.type.tensor_type.shape
+        for i in range(ranks[out.name]):
+            shape.dim.add().dim_param = f"{out.name}_dim{i}"
 
 
 def _type_graph_outputs(graph: onnx.GraphProto) -> None:

@@ -1025,6 +1025,32 @@ def test_graph_forms_onnxruntime_reads(edit):
         np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_stale_static_dims_of_graph_outputs_are_ignored_as_onnxruntime_does(backend, tmp_path):
+    """Outputs of ordinary ops declared with static dims the run contradicts (a [batch, 1, N]
+    logits fed a 3-token step, a batch of 2 fed 1): onnxruntime computes them (it warns).
+    The importer trusted the declarations: row 0 only on iree-cpu, a read past the buffer,
+    a double free on the refbackend.  In a child process, under runtime verification."""
+    from onnx import numpy_helper
+
+    from gqa_torch_mlir.testing.isolated import run_isolated
+
+    cfg = GQAConfig(batch=1, seq=3, past=4, rotary=True, dynamic=True)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=21)
+    width = cfg.num_heads * cfg.head_size
+    weight = np.random.default_rng(0).standard_normal((width, 5)).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(weight, "w"))
+    model.graph.node.append(helper.make_node("MatMul", ["output", "w"], ["logits"], name="lm_head"))
+    model.graph.node.append(helper.make_node("Relu", ["logits"], ["relu"], name="relu"))
+    model.graph.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 1, 5]))
+    model.graph.output.append(helper.make_tensor_value_info("relu", TensorProto.FLOAT, [2, "seq", 5]))
+    want = run_onnxruntime(model, feeds)
+    got = run_isolated(model, feeds, tmp_path, backend=backend)
+    assert got.results is not None, got.describe()
+    for name in ("logits", "relu", "output"):
+        np.testing.assert_allclose(got.results[name], want[name], atol=1e-4, err_msg=name)
+
+
 def test_the_installed_cli_refuses_a_malformed_model(tmp_path):
     """The installed command, in a subprocess, on one case: what a user runs."""
     c = CASE_BY_ID["num_heads_zero"]
