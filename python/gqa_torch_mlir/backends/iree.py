@@ -483,11 +483,12 @@ class IreeCompiledModule:
         passed, shared = [], []
         for a in args:
             device_array = self._resident.device_array_of(a) if self.share_buffers else None
-            if device_array is not None and not any(np.may_share_memory(a, b) for b in shared):
+            overlaps = any(np.may_share_memory(a, b) for b in shared)
+            if device_array is not None and not overlaps:
                 shared.append(a)
                 passed.append(device_array)
             else:
-                passed.append(np.array(a) if any(np.may_share_memory(a, b) for b in shared) else _host_argument(a))
+                passed.append(np.array(a) if overlaps else _host_argument(a))
         return passed
 
     def _host_result(self, function: str, i: int, r) -> np.ndarray:
