@@ -555,3 +555,45 @@ def test_a_check_that_does_not_stop_lets_the_out_of_bounds_access_run():
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "raised" not in run.stdout, out
     assert "out-of-bounds access" in out, out
+
+
+# An outer product: n input elements, an n x n result buffer.
+_OUTER_PRODUCT = '''
+import sys
+import numpy as np
+from torch_mlir import ir
+from gqa_torch_mlir.backends.refbackend import RefBackend, RuntimeInvocationError
+
+ASM = """
+#id = affine_map<(i, j) -> (i)>
+#jd = affine_map<(i, j) -> (j)>
+#ij = affine_map<(i, j) -> (i, j)>
+func.func @outer(%a: tensor<?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?xf32>
+  %init = tensor.empty(%n, %n) : tensor<?x?xf32>
+  %r = linalg.generic {indexing_maps = [#id, #jd, #ij], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %a : tensor<?xf32>, tensor<?xf32>) outs(%init : tensor<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %m = arith.mulf %x, %y : f32
+    linalg.yield %m : f32
+  } -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}"""
+compiled = RefBackend().compile(ir.Module.parse(ASM, context=ir.Context()))
+try:
+    compiled.invoke("outer", np.ones(1 << 22, np.float32))  # a 64 TiB result
+except RuntimeInvocationError as e:
+    print("raised:", e, flush=True)
+a = np.arange(3, dtype=np.float32)
+print("after:", bool((compiled.invoke("outer", a)[0] == np.outer(a, a)).all()), flush=True)
+'''
+
+
+def test_a_failed_allocation_stops_the_call():
+    """malloc's null result was written through (SIGSEGV); in a child process, as a regression would crash."""
+    run = subprocess.run([sys.executable, "-c", _OUTER_PRODUCT], capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert re.search(r"raised: @outer: gqa-torch-mlir: out of memory: .* memref<\?x\?xf32> larger than", run.stdout), out
+    assert "after: True" in run.stdout, out

@@ -73,6 +73,9 @@ split so (in a nested region, or in a function returning values) keeps the
 old behaviour: a run of ours goes on after reporting (our lowerings clamp
 every data-dependent index), torch-mlir's abort.  The asserts that
 ``generate-runtime-verification`` adds carry no tag: they abort (a sanitizer).
+Each ``memref.alloc`` of a public function gets a tagged check that malloc
+returned memory (:func:`_check_allocations`): an oversized feed fails a call
+instead of writing through a null pointer.
 
 Failures of a lowering stage raise :class:`CompileStageError` with MLIR's
 diagnostics and a command that reruns the stage on its saved input; argument
@@ -503,6 +506,58 @@ def _return_on_failure(op: ir.Operation, check_id: int | None) -> None:
     op.erase()
 
 
+def _check_allocations(module: ir.Module, messages: list[str]) -> None:
+    """After each ``memref.alloc`` of a public function, a tagged check that it got memory.
+
+    The compiled code calls ``malloc`` and writes through whatever it returns:
+    a buffer too large for the machine (a feed of 200000 tokens makes a
+    scores buffer of hundreds of GiB) was a SIGSEGV.  A null pointer now
+    fails a check that :func:`_stop_at_failed_checks` turns into a return,
+    reported like any other.  Runs on the loops, before ``convert-scf-to-cf``:
+    every allocation there is one the code will write to.
+    """
+    def add_check(alloc: ir.Operation) -> None:
+        ip, index = ir.InsertionPoint.after(alloc), ir.IndexType.get()
+        with alloc.location:
+            pointer = ir.Operation.create(
+                "memref.extract_aligned_pointer_as_index", results=[index], operands=[alloc.result], ip=ip
+            ).result
+            zero = ir.Operation.create(
+                "arith.constant", results=[index], attributes={"value": ir.IntegerAttr.get(index, 0)}, ip=ip
+            ).result
+            ok = ir.Operation.create(
+                "arith.cmpi", results=[ir.IntegerType.get_signless(1)], operands=[pointer, zero],
+                attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)}, ip=ip,  # ne
+            ).result
+            messages.append(
+                f"{CHECK_PREFIX} out of memory: the feeds' sizes need a buffer {alloc.result.type} "
+                "larger than this machine can allocate"
+            )
+            tag = ir.StringAttr.get(f"{_TAG_PREFIX}{len(messages) - 1}")
+            ir.Operation.create("cf.assert", operands=[ok], attributes={"msg": tag}, ip=ip)
+
+    allocs = []
+
+    def collect(op):
+        if op.name == "memref.alloc":
+            allocs.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        for func in _public_functions(module):
+            func.operation.walk(collect)
+        if allocs and not _has_symbol(module, _CHECK_CALLBACK):
+            _declare_check_callback(module)
+        for alloc in allocs:
+            add_check(alloc)
+
+
+def _has_symbol(module: ir.Module, name: str) -> bool:
+    return any(
+        "sym_name" in op.attributes and _symbol_name(op) == name for op in module.body.operations
+    )
+
+
 def _stop_at_failed_checks(module: ir.Module, messages: list[str]) -> None:
     """Make each marked ``cf.assert`` (see :func:`_prepare_checks`) end the call when it fails.
 
@@ -694,6 +749,7 @@ class RefBackend:
         _run_stage(lowered, _TO_LOOPS)
         if self.runtime_verification:  # bounds checks on every load and store; a violation aborts before the access
             _run_stage(lowered, _VERIFY)
+        _check_allocations(lowered, checks)
         _run_stage(lowered, _TO_CFG)
         _stop_at_failed_checks(lowered, checks)
         _run_stage(lowered, _TO_LLVM)
