@@ -138,6 +138,12 @@ def test_demo_refuses_negative_steps():
     assert_one_line_error(run_main("demo", "--steps", "-3"), "gqa-torch-mlir demo: error:", "--steps: must be >= 0")
 
 
+def test_demo_larger_than_memory():
+    """numpy's MemoryError making the feeds was a traceback."""
+    run = run_main("demo", "--batch", "100000000000")
+    assert_one_line_error(run, "gqa-torch-mlir: error: out of memory:", "Unable to allocate")
+
+
 # -- output and input files ---------------------------------------------------------------------
 
 

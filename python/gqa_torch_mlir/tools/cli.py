@@ -92,6 +92,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:  # bad option combinations reported by the config checks
         print(f"gqa-torch-mlir: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError as e:  # a demo or prompt sized past this machine's memory (numpy's message says how much)
+        print(f"gqa-torch-mlir: error: out of memory: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
