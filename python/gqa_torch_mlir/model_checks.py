@@ -23,6 +23,7 @@ import onnx.defs
 from onnx import AttributeProto, numpy_helper
 
 from .errors import GqaTorchMlirError, LoweringError
+from .onnx_loops import carried_types_restored, loops_normalized
 from .onnx_shapes import GQA, infer_shapes_with_contrib_ops
 from .registry import REGISTRY
 
@@ -43,13 +44,14 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
         _check_nodes(graph, opset)
         _check_unique_names(graph)
         _check_tensor_types(graph)
-    proto = _graph_forms_normalized(proto)
+    proto, carried = loops_normalized(_graph_forms_normalized(proto))
     declared = _declared_output_shapes_released(proto)
     try:
         inferred = infer_shapes_with_contrib_ops(proto)  # a new model
     finally:
         _declared_output_shapes_restored(proto, declared)
     proto = inferred
+    carried_types_restored(proto, carried)
     _released_outputs_ranked(proto.graph, {proto.graph.output[i].name: len(t.tensor_type.shape.dim) for i, t in declared.items()})
     _type_graph_outputs(proto.graph)
     _check_constant_indices(proto.graph)
@@ -404,6 +406,12 @@ def _reads(node: onnx.NodeProto) -> List[str]:
     return names
 
 
+#: Ops whose declared graph outputs keep their shapes: GroupQueryAttention's are checked by its
+#: lowering; ONNX infers no shape for a Loop's or Scan's outputs, and torch-mlir's conversion of
+#: them needs the declared type to be the body's (a mismatch fails there, it is never computed).
+_KEEP_DECLARED_OUTPUTS = frozenset({GQA, ("", "Loop"), ("", "Scan")})
+
+
 def _declared_output_shapes_released(proto: onnx.ModelProto) -> Dict[int, onnx.TypeProto]:
     """Clear, in place, the declared shapes of the graph outputs that ops other than
     GroupQueryAttention compute, for inference to type them; returns their declared
@@ -422,7 +430,7 @@ def _declared_output_shapes_released(proto: onnx.ModelProto) -> Dict[int, onnx.T
     declared = {}
     for i, out in enumerate(graph.output):
         node = producers.get(out.name)
-        if node is None or out.name in given or (node.domain, node.op_type) == GQA:
+        if node is None or out.name in given or (node.domain, node.op_type) in _KEEP_DECLARED_OUTPUTS:
             continue
         if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
             declared[i] = onnx.TypeProto()
