@@ -210,3 +210,16 @@ func.func @output_only(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1
   %0 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> !torch.vtensor<[1,1,64],f32>
   return %0 : !torch.vtensor<[1,1,64],f32>
 }
+
+// -----
+
+// Written as torch-mlir's own tests write it: a default opset of 22 and no
+// torch.onnx_meta.opset_versions. The com.microsoft version is then unknown
+// (not 22, which onnxruntime does not define): the op is lowered.
+// CHECK-LABEL: func.func @no_com_microsoft_version
+// CHECK-NOT:     torch.operator "onnx.GroupQueryAttention"
+// CHECK:         return %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>
+func.func @no_com_microsoft_version(%q: !torch.vtensor<[1,1,16],f32>, %k: !torch.vtensor<[1,1,16],f32>, %v: !torch.vtensor<[1,1,16],f32>, %pk: !torch.vtensor<[1,2,0,8],f32>, %pv: !torch.vtensor<[1,2,0,8],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[1],si32>) -> (!torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>) attributes {torch.onnx_meta.ir_version = 10 : si64, torch.onnx_meta.opset_version = 22 : si64} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 2 : si64} : (!torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,2,0,8],f32>, !torch.vtensor<[1,2,0,8],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[1],si32>) -> (!torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,16],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>
+}

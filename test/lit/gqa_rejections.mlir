@@ -263,3 +263,14 @@ func.func @empty_output_0(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.none, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
   return %0#1, %0#2 : !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
 }
+
+// -----
+
+// Packed QKV with the caches moved up to slots 1 and 2 (the operand-count
+// convention torch-mlir's own tests use): the importer keeps empty slots as
+// !torch.none, so slot 1 is key, and the refusal says where past_key goes.
+// CHECK: {{.+}}gqa_rejections.mlir:{{[0-9]+}}:{{[0-9]+}}: error: com.microsoft.GroupQueryAttention: input 1 'key': must have rank 3, got shape [1,2,0,8], a cache's; with packed QKV the key and value slots stay empty (!torch.none operands), and past_key is input 3
+func.func @packed_with_cache_in_key_slot(%qkv: !torch.vtensor<[1,1,64],f32>, %pk: !torch.vtensor<[1,2,0,8],f32>, %pv: !torch.vtensor<[1,2,0,8],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[1],si32>) -> (!torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>) attributes {torch.onnx_meta.opset_version = 22 : si64} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%qkv, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,0,8],f32>, !torch.vtensor<[1,2,0,8],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[1],si32>) -> (!torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>
+}

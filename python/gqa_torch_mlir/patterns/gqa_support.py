@@ -359,6 +359,9 @@ def _check_kv_and_cache(t: dict, attrs: GqaAttributes, Dh: int, dtype: str):
         x = t[name]
         if x is None:
             continue
+        if x.rank == 4:  # the past cache moved up a slot, as if empty key/value were dropped
+            raise Refusal(f"must have rank 3, got shape {_fmt(x.shape)}, a cache's; with packed QKV the key and "
+                          "value slots stay empty (!torch.none operands), and past_key is input 3", _input_subject(slot))
         _check_rank(x, slot, 3)
         _check_dim(x, slot, 2, Hkv * Dh, "kv_num_heads * head_size")
         _check_dtype(x, slot, dtype)
