@@ -61,7 +61,9 @@ FEATURES = [
     ("query_seqlens_position_ids", C(batch=2, seq=3, past=8, past_lens=(4, 2), query_lens=(3, 1), rotary=True, position_ids=True), {}),
     ("query_seqlens_window_softcap_f16", C(batch=2, seq=2, past=6, past_lens=(3, 4), query_lens=(2, 1), dtype="float16"), {"local_window_size": 3, "softcap": 4.0}),
     ("int8_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=8), {}),
-    ("int8_cache_per_channel_rotary", C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", rotary=True), {}),
+    # onnxruntime upper-cases the quantization types: any letter case is the same type.
+    ("int8_cache_per_channel_rotary_lower_case", C(batch=2, seq=1, past=6, past_lens=(6, 3), kv_bits=8, quant_type="PER_CHANNEL", rotary=True),
+     {"k_quant_type": "per_channel", "v_quant_type": "Per_Channel"}),
     ("int8_cache_prefill", C(batch=1, seq=4, past=0, kv_bits=8, rotary=True), {}),
     ("int8_cache_fixed_capacity", C(batch=2, seq=1, past=8, past_lens=(5, 2), fixed_capacity=True, kv_bits=8, dynamic=True), {}),
     ("int4_cache_per_tensor", C(batch=1, seq=1, past=4, kv_bits=4), {}),

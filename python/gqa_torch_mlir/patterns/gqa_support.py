@@ -9,6 +9,7 @@ renders the table for the README.
 from __future__ import annotations
 
 import math
+import string
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
@@ -33,6 +34,7 @@ def _finite_nonneg(v):
 
 
 QUANT_TYPES = ("NONE", "PER_TENSOR", "PER_CHANNEL")
+_ASCII_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
 
 
 def _any_int(v):
@@ -154,6 +156,8 @@ def read_attributes(b: OpBinder) -> GqaAttributes:
         if not b.has_attr(name) and rule.default is None and name not in ("num_heads", "kv_num_heads"):
             continue
         value = _read(b, name, rule)
+        if name in ("k_quant_type", "v_quant_type"):  # onnxruntime upper-cases them, ASCII letters only
+            value = value.translate(_ASCII_UPPER)
         if name in NARROWED_TO_INT:
             value = _narrowed(name, value, rule)
         if not rule.accepts(value):
