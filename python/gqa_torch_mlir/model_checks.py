@@ -40,6 +40,8 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
     proto = _local_functions_inlined(proto)
     check_contrib_domains(proto)
     opset = _default_opset(proto)
+    _check_graph_input_types(proto.graph)
+    _check_values_defined(proto.graph, set())
     for graph in all_graphs(proto.graph):
         _check_nodes(graph, opset)
         _check_unique_names(graph)
@@ -273,8 +275,52 @@ def _check_tensor_types(graph: onnx.GraphProto) -> None:
               "reads dense initializers only); store it dense")
 
 
+def _check_graph_input_types(graph: onnx.GraphProto) -> None:
+    """Each input of the main graph has a dense tensor type (or a sequence or optional of one)
+    with a defined element type: onnxruntime rejects an untyped input at load, and the importer
+    made it ``!torch.none``, which reads as an input left empty (a head_sink or attention_bias
+    silently dropped)."""
+    for vi in graph.input:
+        kind = vi.type.WhichOneof("value")
+        if kind is None:
+            _fail(f"graph input '{vi.name}' has no type (onnxruntime rejects the model: it needs type information)")
+        if kind not in ("tensor_type", "sequence_type", "optional_type"):
+            _fail(f"graph input '{vi.name}' is a {kind.replace('_type', '').replace('_', ' ')}; supported: tensors "
+                  "(torch-mlir's importer has no type for it)")
+        if kind == "tensor_type" and vi.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
+            _fail(f"graph input '{vi.name}' has an undefined element type (onnxruntime rejects the model)")
+    for init in graph.initializer:
+        if init.data_type == onnx.TensorProto.UNDEFINED:
+            _fail(f"initializer '{init.name}' has an undefined data type (onnxruntime rejects the model)")
+
+
+def _check_values_defined(graph: onnx.GraphProto, outer: set) -> None:
+    """Every name a node reads, and every graph output, is defined: in the graph (in any order,
+    they are sorted later), or for a subgraph in an enclosing one.  The importer stopped with a
+    dump of the node; onnxruntime rejects the model."""
+    defined = outer | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {name for node in graph.node for name in node.output if name}
+    for node in graph.node:
+        missing = [name for name in node.input if name and name not in defined]
+        if missing:
+            _fail(f"{_node_label(node)}: input '{missing[0]}' is not a graph input, an initializer or the output of a "
+                  "node (onnxruntime rejects the model)")
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _check_values_defined(sub, defined)
+    missing = [o.name for o in graph.output if o.name not in defined]
+    if missing:
+        _fail(f"graph output '{missing[0]}' is not computed in graph '{graph.name}' (onnxruntime rejects the model)")
+
+
 def _check_unique_names(graph: onnx.GraphProto) -> None:
-    """Every value is defined once (graph inputs may repeat initializers, as older models do)."""
+    """Every value is defined once (graph inputs may repeat initializers, as older models do),
+    and every node name is given once (onnxruntime rejects a repeated one; our diagnostics and
+    run-time checks name the node)."""
+    names = [node.name for node in graph.node if node.name]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        _fail(f"two nodes are named '{twice[0]}' (onnxruntime rejects the model: node names must be unique)")
     defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     for node in graph.node:
         for name in node.output:
@@ -373,7 +419,7 @@ def _sort_topologically(graph: onnx.GraphProto) -> None:
 def _topological_order(graph: onnx.GraphProto) -> List[int]:
     """Node indices in an order where each input is produced before it is read (onnxruntime
     sorts them too); names from outside the graph (inputs, initializers, an outer scope) are
-    ready. A cycle is left to the importer to report."""
+    ready. A cycle is refused by name."""
     produced_by = {name: i for i, node in enumerate(graph.node) for name in node.output if name}
     reads = [_reads(node) for node in graph.node]
     order, state = [], [0] * len(graph.node)  # 0 new, 1 on the stack, 2 placed
@@ -385,6 +431,9 @@ def _topological_order(graph: onnx.GraphProto) -> List[int]:
             j, pending = stack[-1]
             for name in pending:
                 k = produced_by.get(name)
+                if k is not None and state[k] == 1:
+                    _fail(f"{_node_label(graph.node[k])}: the graph has a cycle through '{name}' (onnxruntime rejects "
+                          "the model: it must be acyclic)")
                 if k is not None and state[k] == 0:
                     state[k] = 1
                     stack.append((k, iter(reads[k])))

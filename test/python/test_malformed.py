@@ -224,6 +224,23 @@ def _initializer(name: str, raw: bytes):
     return edit
 
 
+def _untyped_input(name: str):
+    """Graph input ``name`` declared without a type (the importer made it !torch.none: an input left empty)."""
+    def edit(model: onnx.ModelProto) -> None:
+        next(i for i in model.graph.input if i.name == name).ClearField("type")
+    return edit
+
+
+def _node_input(slot: int, name: str):
+    def edit(model: onnx.ModelProto) -> None:
+        model.graph.node[0].input[slot] = name
+    return edit
+
+
+def _second_node_named_gqa(model: onnx.ModelProto) -> None:
+    model.graph.node.append(helper.make_node("Identity", ["output"], ["output_copy"], name="gqa"))
+
+
 def _sparse_past_key(model: onnx.ModelProto) -> None:
     values = helper.make_tensor("past_key", F32, [1], [1.0])
     indices = helper.make_tensor("past_key_indices", I64, [1], [0])
@@ -478,6 +495,14 @@ CASES: List[Case] = [
          "load", edit=_move_to_domain("com.microsoft.experimental")),
     case("initializer_data_short", ["initializer 'past_key'", "raw_data holds 4 bytes", "need 512"], "load",
          edit=_initializer("past_key", raw=b"\0\0\x80?")),  # the importer splatted the one float
+    case("head_sink_input_without_type", ["graph input 'head_sink'", "has no type"], "load",
+         edit=_untyped_input("head_sink"), **_inp(head_sink=(F32, [H]))),
+    case("key_of_undefined_element_type", ["graph input 'key'", "undefined element type"], "load",
+         edit=lambda m: setattr(m.graph.input[1].type.tensor_type, "elem_type", 0)),
+    case("node_input_never_defined", ["node 'gqa'", "input 'nope'", "not a graph input, an initializer or the output"], "load",
+         edit=_node_input(0, "nope")),
+    case("node_reads_its_own_output", ["node 'gqa'", "cycle through 'output'"], "load", edit=_node_input(0, "output")),
+    case("two_nodes_named_alike", ["two nodes are named 'gqa'"], "load", edit=_second_node_named_gqa),
     case("graph_input_listed_twice", ["graph input 'query'", "listed more than once"], "load",
          edit=lambda m: m.graph.input.append(m.graph.input[0])),
     case("string_graph_input", ["'tokens' is a string tensor", "numeric tensors"], "accepts",
