@@ -180,9 +180,14 @@ def check_contrib_domains(proto: onnx.ModelProto) -> None:
     domain, so the pass cannot tell; onnxruntime refuses such a model at load
     (it defines e.g. GroupQueryAttention in com.microsoft only).
     """
+    by_lower = {name.lower(): name for name in REGISTRY.names()}
     for node in all_nodes(proto.graph):
         domain = "" if node.domain == "ai.onnx" else node.domain
         domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
+        near = by_lower.get(("onnx." + node.op_type).lower())
+        if not domains and near:  # op types are case-sensitive: onnxruntime knows no such op
+            _fail(f"{_node_label(node)}: no op {node.op_type} in domain '{domain or 'ai.onnx'}' (onnxruntime rejects the "
+                  f"model; op types are case-sensitive: {near[len('onnx.'):]}?)")
         if not domains or domain in domains:
             continue
         where = f"node '{node.name}'" if node.name else f"a {node.op_type} node"

@@ -502,6 +502,8 @@ CASES: List[Case] = [
     case("node_input_never_defined", ["node 'gqa'", "input 'nope'", "not a graph input, an initializer or the output"], "load",
          edit=_node_input(0, "nope")),
     case("node_reads_its_own_output", ["node 'gqa'", "cycle through 'output'"], "load", edit=_node_input(0, "output")),
+    case("op_type_in_lower_case", ["node 'gqa' (groupqueryattention)", "no op groupqueryattention", "GroupQueryAttention?"], "load",
+         edit=lambda m: setattr(m.graph.node[0], "op_type", "groupqueryattention")),
     case("two_nodes_named_alike", ["two nodes are named 'gqa'"], "load", edit=_second_node_named_gqa),
     case("graph_input_listed_twice", ["graph input 'query'", "listed more than once"], "load",
          edit=lambda m: m.graph.input.append(m.graph.input[0])),

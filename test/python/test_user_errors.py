@@ -240,6 +240,14 @@ def test_pass_option_value_may_be_quoted():
     assert LoweringOptions.parse('attention="sdpa"') == LoweringOptions.parse("attention='sdpa'") == LoweringOptions(attention="sdpa")
 
 
+@pytest.mark.parametrize("flag", ["--convert-onnx-gqa-to-torch={attention=sdpa", "--convert-onnx-gqa-to-torch=attention=sdpa}"])
+def test_opt_pass_options_with_unbalanced_braces(flag, tmp_path):
+    """Stray braces were stripped and the option applied; --pass-pipeline refuses them too."""
+    source = tmp_path / "empty.mlir"
+    source.write_text("module {}\n")
+    assert_one_line_error(run_main(flag, str(source), tool="gqa-torch-mlir-opt"), "gqa-torch-mlir-opt: error:", "unbalanced")
+
+
 def test_cli_path_too_long():
     run = run_main("compile", "m" * 300 + ".onnx")
     assert_one_line_error(run, "gqa-torch-mlir: error:", "no ONNX model at", "File name too long")

@@ -119,7 +119,12 @@ def _our_options(text: str) -> str:
     """``convert-onnx-gqa-to-torch{a=b}`` or ``{a=b}`` or ``a=b`` -> ``a=b``."""
     if text.startswith(PASS_ARGUMENT):
         text = text[len(PASS_ARGUMENT) :]
-    return text.strip().strip("{}").strip()
+    text = text.strip()
+    if text.count("{") != text.count("}"):
+        raise UsageError(f"unbalanced '{{' or '}}' in the options of {PASS_ARGUMENT}: '{text}'")
+    while text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    return text
 
 
 def _add_text(pm, text: str) -> None:
