@@ -480,3 +480,43 @@ def test_thread_counts_in_a_fresh_process():
     assert "after threads=2: 2\n" in proc.stdout
     assert "threads=3: iree-cpu: threads=3 was asked for, but this process's local-task device already has 2 workers" in proc.stdout
     assert "leaked" not in proc.stderr
+
+
+def _gqa_in_if(cfg: GQAConfig) -> onnx.ModelProto:
+    """``If(cond)`` with the model's GQA node in both branches (the else branch with a window)."""
+    model = make_model(cfg)
+    g, gqa = model.graph, model.graph.node[0]
+    branches = []
+    for name, attrs in (("then", {}), ("else", {"local_window_size": 2})):
+        node = onnx.NodeProto()
+        node.CopyFrom(gqa)
+        node.name = f"gqa_{name}"
+        del node.output[:]
+        node.output.extend(f"{o}_{name}" for o in gqa.output)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+        outputs = [helper.make_value_info(f"{o.name}_{name}", o.type) for o in g.output]
+        branches.append(helper.make_graph([node], f"branch_{name}", [], outputs))
+    del g.node[:]
+    g.node.append(helper.make_node("If", ["cond"], [o.name for o in g.output], name="if", then_branch=branches[0], else_branch=branches[1]))
+    g.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    return model
+
+
+def test_dynamic_gqa_in_an_if_is_refused_by_name():
+    """IREE 3.13 miscompiles it (wrong present rows now and then, or SIGSEGV); refused before compiling."""
+    model = _gqa_in_if(GQAConfig(batch=2, seq=1, past=5, dynamic=True))
+    with pytest.raises(LoweringError, match=r"node 'gqa_(then|else)' \(GroupQueryAttention\) in a branch of node 'if' \(If\): "
+                                            r"a GroupQueryAttention with dynamic shapes inside an If is refused on iree-cpu"):
+        IreeCpuBackend().lower(model)
+
+
+def test_static_gqa_in_an_if_matches_onnxruntime_call_after_call():
+    cfg = GQAConfig(batch=2, seq=1, past=5, rotary=True, attention_bias="BH", head_sink=True)
+    model = _gqa_in_if(cfg)
+    session = InferenceSession(model, backend="iree-cpu")
+    kept = []  # results kept alive across calls, as a caller does
+    for seed in range(6):
+        feeds = {**make_inputs(cfg, seed=seed), "cond": np.array(seed % 2 == 0)}
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        kept.append(got)
+        assert compare(cfg, got, run_onnxruntime(model, feeds), feeds) == [], f"call {seed}"

@@ -244,6 +244,8 @@ class IreeCpuBackend:
     def lower(self, model: ModelLike) -> LoweredModule:
         """Import ``model`` into a new IREE session's context and run our pass there."""
         proto = prepare_for_import(load_model(model))
+        if self.plugin:
+            _check_no_dynamic_gqa_in_if(proto)
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
@@ -396,6 +398,38 @@ def _vm_failure(report: str) -> str:
         if message:
             return message
     return first_line
+
+
+def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
+    """Refuse a GroupQueryAttention with a dynamic dim inside an ``If`` branch.
+
+    IREE (iree-base-compiler 3.13) miscompiles it: the present caches such a
+    branch yields, whose rows depend on data (``max(P, total_sequence_length)``),
+    came back with rows of another buffer now and then, or the call crashed
+    (SIGSEGV, a garbage allocation size).  With static shapes, in a ``Loop``
+    body, and on the refbackend, it computes as onnxruntime does.
+    """
+    from ..model_checks import _node_label
+    from ..onnx_shapes import GQA, _graphs_in_scope
+
+    for graph, outer in _graphs_in_scope(proto.graph, {}):
+        for if_node in (n for n in graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx")):
+            for branch in (a.g for a in if_node.attribute if a.HasField("g")):
+                for sub, sub_outer in _graphs_in_scope(branch, {**outer, **_declared(graph)}):
+                    types = {**sub_outer, **_declared(sub)}
+                    for node in (n for n in sub.node if (n.domain, n.op_type) == GQA):
+                        names = [n for n in [*node.input, *node.output] if n]
+                        dims = [d for n in names if n in types for d in types[n].tensor_type.shape.dim]
+                        if any(n not in types for n in names) or any(not d.HasField("dim_value") for d in dims):
+                            raise LoweringError(
+                                f"{_node_label(node)} in a branch of {_node_label(if_node)}: a GroupQueryAttention with "
+                                "dynamic shapes inside an If is refused on iree-cpu (IREE miscompiles the data-dependent "
+                                "cache rows it yields: wrong caches or a crash); declare static shapes, or use the "
+                                "refbackend", [])
+
+
+def _declared(graph: onnx.GraphProto) -> dict:
+    return {vi.name: vi.type for vi in [*graph.input, *graph.value_info, *graph.output]}
 
 
 class IreeCompiledModule:
