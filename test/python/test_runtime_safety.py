@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import onnx
 import pytest
 
 from gqa_torch_mlir import InferenceSession
@@ -631,3 +632,23 @@ def test_output_qk_probabilities_keep_zeros_in_masked_columns(cfg, attrs, attent
     np.testing.assert_array_equal(np.isnan(got["output_qk"]), np.isnan(want["output_qk"]))
     np.testing.assert_array_equal(got["output_qk"] == 0, want["output_qk"] == 0)
     np.testing.assert_allclose(got["output_qk"], want["output_qk"], rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_total_sequence_length_declared_symbolic_rank_1(tmp_path):
+    """``total_sequence_length`` declared ``["tn"]``: onnxruntime computes a one-element feed (it failed
+    our compile, a torch.aten.item of [?]) and rejects others; an empty feed must not be read (under
+    runtime verification, in a child process)."""
+    cfg = C(batch=2, seq=1, past=5, rotary=True)
+    model = make_model(cfg)
+    declared = next(vi for vi in model.graph.input if vi.name == "total_sequence_length")
+    declared.CopyFrom(onnx.helper.make_tensor_value_info("total_sequence_length", onnx.TensorProto.INT32, ["tn"]))
+    valid = make_inputs(cfg)
+    valid["total_sequence_length"] = valid["total_sequence_length"].reshape(1)
+    bad = [np.zeros(0, np.int32), np.array([6, 6], np.int32)]
+    runs = run_isolated_each(model, [valid] + [dict(valid, total_sequence_length=t) for t in bad], tmp_path)
+    assert runs[0].results is not None, runs[0].describe()
+    assert compare(cfg, runs[0].results, run_onnxruntime(model, valid), valid) == []
+    for total, run in zip(bad, runs[1:]):
+        with pytest.raises(Exception):  # onnxruntime rejects it too
+            run_onnxruntime(model, dict(valid, total_sequence_length=total))
+        assert run.error and "total_sequence_length must hold one element" in run.error[1], f"{total}: {run.describe()}"

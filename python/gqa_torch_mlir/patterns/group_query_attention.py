@@ -296,7 +296,11 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
     S = tb.size(ins.query, 1)
     seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, ins.seqlens_k.rank - 1)  # [B,1]|[1,B]|[1,B,1] -> [B]
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
-    total = tb.to_dtype(ins.total_sequence_length, "si64")  # si32 [] -> si64 []
+    total = ins.total_sequence_length
+    if total.rank == 1 and total.shape[0] is None:  # one element, checked with the inputs
+        # [?] -> [?+1] -> [1]: the pad keeps the read in bounds for an empty feed (whose check fails)
+        total = tb.slice(tb.pad_dim_end(total, 0, 1), 0, 0, 1, in_bounds=True)
+    total = tb.to_dtype(total, "si64")  # si32 [] -> si64 []
     if ins.query_seqlens is not None:  # total_sequence_length is only an upper bound then
         first_prompt = None
         past_len_B = tb.sub(tb.add_scalar(seqlens_B, 1), tb.to_dtype(ins.query_seqlens, "si64"))  # [B]
