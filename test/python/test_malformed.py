@@ -1098,3 +1098,14 @@ def test_graph_attributes_of_ops_we_do_not_lower_are_left_to_the_importer():
     model.graph.node[0].attribute.append(helper.make_attribute("decoder", body))
     with pytest.raises(GqaTorchMlirError, match="attribute 'decoder' is a graph, which GroupQueryAttention does not take"):
         prepare_for_import(model)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["plain", "query_seqlens"])
+def test_static_empty_sequence_is_refused_saying_why(chunked):
+    """onnxruntime rejects S = 0, except with query_seqlens (an empty chunk), which is not lowered."""
+    inputs = {"query": (F32, [B, 0, H * DH]), "key": (F32, [B, 0, HKV * DH]), "value": (F32, [B, 0, HKV * DH])}
+    if chunked:
+        inputs["query_seqlens"] = (I32, [B])
+    why = "empty chunk with query_seqlens, which is not lowered" if chunked else "onnxruntime rejects an empty sequence"
+    with pytest.raises(GqaTorchMlirError, match=f"input 0 'query': dimension 1 \\(sequence length\\) is 0; .*{why}"):
+        gqa_torch_mlir.compile(gqa_model(inputs), "torch")

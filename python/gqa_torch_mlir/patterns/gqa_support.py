@@ -239,7 +239,7 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     _check_rank(query, 0, 3)
     if query.dtype not in ("f32", "f16"):
         raise Refusal(f"element type {query.dtype} is not supported; supported: f32, f16 (onnxruntime's CPU kernel)", _input_subject(0))
-    _check_not_empty(query)
+    _check_not_empty(query, chunked=t["query_seqlens"] is not None)
     head_size = _head_size(t, attrs)
     _check_kv_and_cache(t, attrs, head_size, query.dtype)
     _check_lengths(t)
@@ -253,12 +253,13 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     return fields
 
 
-def _check_not_empty(query):
+def _check_not_empty(query, chunked: bool):
     B, S = query.shape[0], query.shape[1]
     if B == 0:
         raise Refusal("dimension 0 (batch size) is 0; an empty batch is not supported (onnxruntime crashes on it)", _input_subject(0))
     if S == 0:
-        raise Refusal("dimension 1 (sequence length) is 0; onnxruntime rejects an empty sequence", _input_subject(0))
+        why = "onnxruntime computes an empty chunk with query_seqlens, which is not lowered" if chunked else "onnxruntime rejects an empty sequence"
+        raise Refusal(f"dimension 1 (sequence length) is 0; {why}", _input_subject(0))
 
 
 def _check_batch_sized(t: dict):

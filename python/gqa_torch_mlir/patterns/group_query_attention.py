@@ -283,8 +283,15 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
     S = tb.size(ins.query, 1)
     if not isinstance(S, int):  # a static 0 is refused at compile time
         tb.runtime_assert(
-            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 (onnxruntime rejects an empty sequence)"
+            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 ({_EMPTY_SEQUENCE[ins.query_seqlens is not None]})"
         )
+
+
+#: Why an empty sequence is refused, without and with query_seqlens.
+_EMPTY_SEQUENCE = {
+    False: "onnxruntime rejects an empty sequence",
+    True: "onnxruntime computes an empty chunk with query_seqlens, which is not lowered",
+}
 
 
 # -- positions ------------------------------------------------------------------
