@@ -303,6 +303,9 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
     S = tb.size(ins.query, 1)
     seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, ins.seqlens_k.rank - 1)  # [B,1]|[1,B]|[1,B,1] -> [B]
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
+    # Before any position is computed from it (the rotary rows' check would name only positions):
+    # the upper bound needs the present length, checked with the cache.
+    tb.runtime_check(tb.ge_scalar(seqlens_B, 0), f"{_OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
     total = ins.total_sequence_length
     if total.rank == 1 and total.shape[0] is None:  # one element, checked with the inputs
         # [?] -> [?+1] -> [1]: the pad keeps the read in bounds for an empty feed (whose check fails)
