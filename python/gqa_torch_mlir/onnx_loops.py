@@ -132,8 +132,9 @@ def _one_type_for_carried(graph: onnx.GraphProto, node: onnx.NodeProto, j: int, 
     """Loop-carried value ``j``: its initial value, body argument, body result and loop result share one type."""
     body = _body(node)
     arg, res = body.input[2 + j], body.output[1 + j]
+    result = node.output[j] if j < len(node.output) else ""  # a loop may leave final values unnamed
     types = {"initial value": known.get(node.input[2 + j]), "body input": arg.type, "body output": res.type,
-             "loop output": known.get(node.output[j])}
+             "loop output": known.get(result) if result else None}
     elems = {where: t.tensor_type.elem_type for where, t in types.items() if t is not None and t.tensor_type.elem_type}
     shapes = {where: d for where, t in types.items() if (d := _dims(t)) is not None}
     if len(set(elems.values())) > 1 or len({len(d) for d in shapes.values()}) > 1:
@@ -152,9 +153,12 @@ def _one_type_for_carried(graph: onnx.GraphProto, node: onnx.NodeProto, j: int, 
     graph.node.insert(list(graph.node).index(node), helper.make_node("Identity", [node.input[2 + j]], [initial], name=initial))
     node.input[2 + j] = initial
     graph.value_info.append(helper.make_value_info(initial, shared))
-    carried[initial] = carried[node.output[j]] = shared
+    carried[initial] = shared
+    if not result:
+        return
+    carried[result] = shared
     outputs = {vi.name: vi for vi in list(graph.output) + list(graph.value_info)}
-    if node.output[j] in outputs:
-        outputs[node.output[j]].type.CopyFrom(shared)
-    elif node.output[j]:
-        graph.value_info.append(helper.make_value_info(node.output[j], shared))
+    if result in outputs:
+        outputs[result].type.CopyFrom(shared)
+    else:
+        graph.value_info.append(helper.make_value_info(result, shared))
