@@ -451,12 +451,13 @@ def _topological_order(graph: onnx.GraphProto) -> List[int]:
 
 
 def _reads(node: onnx.NodeProto) -> List[str]:
-    """The names a node reads, its subgraphs' reads of outer values included."""
+    """The names a node reads, its subgraphs' reads of outer values included (not the names
+    a subgraph defines itself, which may shadow later outer values)."""
     names = [n for n in node.input if n]
     for attr in node.attribute:
         for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            for inner in sub.node:
-                names.extend(_reads(inner))
+            own = {i.name for i in sub.input} | {i.name for i in sub.initializer} | {o for n in sub.node for o in n.output}
+            names.extend(n for inner in sub.node for n in _reads(inner) if n not in own)
     return names
 
 

@@ -8,7 +8,10 @@ when ``M`` or ``cond`` is left empty, and when the body has scan outputs.
 onnxruntime runs all of these.  Here, before import:
 
 * an empty ``M`` becomes INT64_MAX and an empty ``cond`` true (the meaning
-  ONNX gives an empty input);
+  ONNX gives an empty input); torch-mlir runs M iterations whatever the
+  condition holds, so a body must pass its condition on unchanged (a
+  computed one is refused by name) and an initial condition that is not a
+  constant true is folded into M (``M * cond``);
 * each loop-carried value gets one type everywhere (its initial value, via an
   ``Identity``; the body's argument and result; the loop's result): the
   dims its declarations agree on stay, the others become symbolic.  A
@@ -99,10 +102,46 @@ def _normalize(graph: onnx.GraphProto, node: onnx.NodeProto, fresh: _Names, carr
     if len(node.output) > n or len(body.output) > n + 1:  # K > 0
         _fail(node, f"{max(len(node.output) - n, len(body.output) - n - 1)} scan output(s) are not supported (torch-mlir's Loop conversion "
                     "has none); carry the values instead")
+    _check_for_like(node, body)
     _fill_empty_trip_count_and_condition(graph, node, fresh)
+    _initial_condition_folded_into_trip_count(graph, node, fresh)
     known = _declared_types(graph)
     for j in range(n):
         _one_type_for_carried(graph, node, j, known, fresh, carried)
+
+
+def _check_for_like(node: onnx.NodeProto, body: onnx.GraphProto) -> None:
+    """The body's condition must be the one it is given (passed on, or through an Identity) or a
+    constant true: torch-mlir's Loop conversion runs the M iterations whatever a computed one holds."""
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    producer = next((n for n in body.node if cond_out in n.output), None)
+    passed_on = cond_out == cond_in or (producer is not None and producer.op_type == "Identity" and producer.input[0] == cond_in)
+    if passed_on or _constant_true(body, cond_out):
+        return
+    _fail(node, f"the body computes its condition ('{cond_out}'), which is not supported: torch-mlir's Loop "
+                "conversion runs M iterations whatever it holds; supported: a condition the body passes on unchanged")
+
+
+def _constant_true(graph: onnx.GraphProto, name: str) -> bool:
+    from onnx import numpy_helper
+
+    tensors = [i for i in graph.initializer if i.name == name]
+    tensors += [a.t for n in graph.node if n.op_type == "Constant" and name in n.output for a in n.attribute if a.name == "value"]
+    return any(numpy_helper.to_array(t).size == 1 and bool(numpy_helper.to_array(t).reshape(())) for t in tensors)
+
+
+def _initial_condition_folded_into_trip_count(graph: onnx.GraphProto, node: onnx.NodeProto, fresh: "_Names") -> None:
+    """A for-like loop whose initial ``cond`` is not a constant true runs M * cond times:
+    ``M' = M * int64(cond)`` and cond true (torch-mlir's conversion takes such a loop's
+    condition as true)."""
+    if _constant_true(graph, node.input[1]):
+        return
+    cond_i64, trips, true = fresh("cond_as_int64"), fresh("trip_count"), fresh("true")
+    at = list(graph.node).index(node)
+    graph.node.insert(at, helper.make_node("Mul", [node.input[0], cond_i64], [trips], name=trips))
+    graph.node.insert(at, helper.make_node("Cast", [node.input[1]], [cond_i64], to=TensorProto.INT64, name=cond_i64))
+    graph.initializer.append(helper.make_tensor(true, TensorProto.BOOL, [], [True]))
+    node.input[0], node.input[1] = trips, true
 
 
 def _fill_empty_trip_count_and_condition(graph: onnx.GraphProto, node: onnx.NodeProto, fresh: _Names) -> None:
@@ -144,6 +183,8 @@ def _one_type_for_carried(graph: onnx.GraphProto, node: onnx.NodeProto, j: int, 
     if not elems or not shapes:
         return  # nothing to agree on: the importer's own typing stands
     joined = [dims[0] if len(set(dims)) == 1 else None for dims in zip(*shapes.values())]
+    if "body input" not in shapes or "body output" not in shapes:  # the body may change any dim it does not declare
+        joined = [None] * len(joined)
     shared = helper.make_tensor_type_proto(
         next(iter(elems.values())), [d if d is not None else fresh(f"carried{j}_dim{k}") for k, d in enumerate(joined)]
     )

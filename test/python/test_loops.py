@@ -101,3 +101,25 @@ def test_carried_ranks_that_disagree_are_refused_by_name():
     with pytest.raises(gqa_torch_mlir.LoweringError, match=r"node 'decode_loop' \(Loop\): loop-carried value 0 \('past_key'\) "
                                                            r"is declared with different element types or ranks"):
         gqa_torch_mlir.compile(model, "torch")
+
+
+def test_a_false_initial_condition_runs_no_iteration():
+    """torch-mlir's conversion takes a for-like loop's condition as true: a cond fed false
+    ran the M iterations (it is folded into M now)."""
+    model = decode_loop("P0", "T")
+    inputs = {**feeds(), "cond": np.array(False)}
+    want = run_onnxruntime(model, inputs)
+    got = dict(zip(want, InferenceSession(model).run(None, inputs)))
+    np.testing.assert_array_equal(got["present_key"], inputs["past_key"])  # no step ran
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_condition_the_body_computes_is_refused_by_name():
+    """torch-mlir's conversion ran M iterations whatever it held (a while loop ran on past its end)."""
+    model = decode_loop("P0", "T")
+    body = model.graph.node[0].attribute[0].g
+    body.node[0].CopyFrom(h.make_node("Not", ["cond_in"], ["cond_out"]))
+    with pytest.raises(gqa_torch_mlir.LoweringError, match=r"node 'decode_loop' \(Loop\): the body computes its condition "
+                                                           r"\('cond_out'\), which is not supported"):
+        gqa_torch_mlir.compile(model, "torch")
