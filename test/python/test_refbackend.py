@@ -579,21 +579,33 @@ func.func @outer(%a: tensor<?xf32>) -> tensor<?x?xf32> {
     linalg.yield %m : f32
   } -> tensor<?x?xf32>
   return %r : tensor<?x?xf32>
+}
+func.func @ones(%nt: tensor<i64>) -> tensor<?x?xf32> {
+  %e = tensor.extract %nt[] : tensor<i64>
+  %n = arith.index_cast %e : i64 to index
+  %one = arith.constant 1.0 : f32
+  %init = tensor.empty(%n, %n) : tensor<?x?xf32>
+  %r = linalg.fill ins(%one : f32) outs(%init : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
 }"""
 compiled = RefBackend().compile(ir.Module.parse(ASM, context=ir.Context()))
-try:
-    compiled.invoke("outer", np.ones(1 << 22, np.float32))  # a 64 TiB result
-except RuntimeInvocationError as e:
-    print("raised:", e, flush=True)
+for function, arg in (("outer", np.ones(1 << 22, np.float32)),  # a 64 TiB result: malloc fails
+                      ("ones", np.array(1 << 31, np.int64))):  # 2^62 floats: the byte size wraps to 0
+    try:
+        compiled.invoke(function, arg)
+    except RuntimeInvocationError as e:
+        print("raised:", e, flush=True)
 a = np.arange(3, dtype=np.float32)
 print("after:", bool((compiled.invoke("outer", a)[0] == np.outer(a, a)).all()), flush=True)
 '''
 
 
 def test_a_failed_allocation_stops_the_call():
-    """malloc's null result was written through (SIGSEGV); in a child process, as a regression would crash."""
+    """malloc's null result, or a buffer whose byte size wrapped, was written through (SIGSEGV); in a
+    child process, as a regression would crash."""
     run = subprocess.run([sys.executable, "-c", _OUTER_PRODUCT], capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    assert re.search(r"raised: @outer: gqa-torch-mlir: out of memory: .* memref<\?x\?xf32> larger than", run.stdout), out
+    for function in ("outer", "ones"):
+        assert re.search(f"raised: @{function}: gqa-torch-mlir: out of memory: .* memref<\\?x\\?xf32> larger than", run.stdout), out
     assert "after: True" in run.stdout, out

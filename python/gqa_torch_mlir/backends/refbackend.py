@@ -529,6 +529,9 @@ def _check_allocations(module: ir.Module, messages: list[str]) -> None:
                 "arith.cmpi", results=[ir.IntegerType.get_signless(1)], operands=[pointer, zero],
                 attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)}, ip=ip,  # ne
             ).result
+            size_ok = _size_fits(alloc, ip)
+            if size_ok is not None:
+                ok = ir.Operation.create("arith.andi", results=[ok.type], operands=[ok, size_ok], ip=ip).result
             messages.append(
                 f"{CHECK_PREFIX} out of memory: the feeds' sizes need a buffer {alloc.result.type} "
                 "larger than this machine can allocate"
@@ -550,6 +553,36 @@ def _check_allocations(module: ir.Module, messages: list[str]) -> None:
             _declare_check_callback(module)
         for alloc in allocs:
             add_check(alloc)
+
+
+_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "index": 8}
+
+
+def _size_fits(alloc: ir.Operation, ip: ir.InsertionPoint):
+    """Whether the bytes of ``alloc``'s buffer (static dims x dynamic sizes x element size, in
+    f64) stay below 2^62: an i64 size that wraps (dims of 2^31 x 2^31 floats) is a small malloc
+    that succeeds and is then written past.  None when every size is static."""
+    memref = ir.MemRefType(alloc.result.type)
+    layout = memref.layout
+    identity = isinstance(layout, ir.AffineMapAttr) and layout.value == ir.AffineMap.get_identity(memref.rank)
+    if not alloc.operands or not identity:  # otherwise the operands are not all sizes
+        return None
+    f64 = ir.F64Type.get()
+    static = math.prod(d for d in memref.shape if d != ir.ShapedType.get_dynamic_size())
+    total = ir.Operation.create(
+        "arith.constant", results=[f64],
+        attributes={"value": ir.FloatAttr.get(f64, float(static * _ELEMENT_BYTES.get(str(memref.element_type), 8)))}, ip=ip,
+    ).result
+    i64 = ir.IntegerType.get_signless(64)
+    for size in alloc.operands:
+        as_i64 = ir.Operation.create("arith.index_castui", results=[i64], operands=[size], ip=ip).result
+        as_f64 = ir.Operation.create("arith.uitofp", results=[f64], operands=[as_i64], ip=ip).result
+        total = ir.Operation.create("arith.mulf", results=[f64], operands=[total, as_f64], ip=ip).result
+    limit = ir.Operation.create("arith.constant", results=[f64], attributes={"value": ir.FloatAttr.get(f64, 2.0**62)}, ip=ip).result
+    return ir.Operation.create(
+        "arith.cmpf", results=[ir.IntegerType.get_signless(1)], operands=[total, limit],
+        attributes={"predicate": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 4)}, ip=ip,  # olt
+    ).result
 
 
 def _has_symbol(module: ir.Module, name: str) -> bool:
