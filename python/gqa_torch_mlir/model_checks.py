@@ -304,6 +304,7 @@ def _check_values_defined(graph: onnx.GraphProto, outer: set) -> None:
     they are sorted later), or for a subgraph in an enclosing one.  The importer stopped with a
     dump of the node; onnxruntime rejects the model."""
     defined = outer | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.values.name for i in graph.sparse_initializer}  # refused by name later
     defined |= {name for node in graph.node for name in node.output if name}
     for node in graph.node:
         missing = [name for name in node.input if name and name not in defined]
