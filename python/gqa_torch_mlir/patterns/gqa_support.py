@@ -253,13 +253,19 @@ def validate_inputs(b: OpBinder, attrs: GqaAttributes) -> dict:
     return fields
 
 
+#: Why an empty sequence is refused, without and with query_seqlens.
+EMPTY_SEQUENCE = {
+    False: "onnxruntime rejects an empty sequence",
+    True: "onnxruntime computes an empty chunk with query_seqlens, which is not lowered",
+}
+
+
 def _check_not_empty(query, chunked: bool):
     B, S = query.shape[0], query.shape[1]
     if B == 0:
         raise Refusal("dimension 0 (batch size) is 0; an empty batch is not supported (onnxruntime crashes on it)", _input_subject(0))
     if S == 0:
-        why = "onnxruntime computes an empty chunk with query_seqlens, which is not lowered" if chunked else "onnxruntime rejects an empty sequence"
-        raise Refusal(f"dimension 1 (sequence length) is 0; {why}", _input_subject(0))
+        raise Refusal(f"dimension 1 (sequence length) is 0; {EMPTY_SEQUENCE[chunked]}", _input_subject(0))
 
 
 def _check_batch_sized(t: dict):

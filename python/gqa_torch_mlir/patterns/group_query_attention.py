@@ -40,7 +40,7 @@ from ..builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ..registry import Refusal, onnx_op
 from .gqa_cache import CacheCodec
 from .gqa_window import WindowPlan, plan_window
-from .gqa_support import OUTPUTS, GqaAttributes, flat_channel_scale, read_attributes, validate_inputs
+from .gqa_support import EMPTY_SEQUENCE, OUTPUTS, GqaAttributes, flat_channel_scale, read_attributes, validate_inputs
 
 NEG_INF = float("-inf")
 
@@ -283,15 +283,8 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
     S = tb.size(ins.query, 1)
     if not isinstance(S, int):  # a static 0 is refused at compile time
         tb.runtime_assert(
-            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 ({_EMPTY_SEQUENCE[ins.query_seqlens is not None]})"
+            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 ({EMPTY_SEQUENCE[ins.query_seqlens is not None]})"
         )
-
-
-#: Why an empty sequence is refused, without and with query_seqlens.
-_EMPTY_SEQUENCE = {
-    False: "onnxruntime rejects an empty sequence",
-    True: "onnxruntime computes an empty chunk with query_seqlens, which is not lowered",
-}
 
 
 # -- positions ------------------------------------------------------------------
