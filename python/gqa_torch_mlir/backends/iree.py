@@ -410,13 +410,13 @@ def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
     body, and on the refbackend, it computes as onnxruntime does.
     """
     from ..model_checks import _node_label
-    from ..onnx_shapes import GQA, _graphs_in_scope
+    from ..onnx_shapes import GQA, _graphs_in_scope, _known_types
 
     for graph, outer in _graphs_in_scope(proto.graph, {}):
         for if_node in (n for n in graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx")):
             for branch in (a.g for a in if_node.attribute if a.HasField("g")):
-                for sub, sub_outer in _graphs_in_scope(branch, {**outer, **_declared(graph)}):
-                    types = {**sub_outer, **_declared(sub)}
+                for sub, sub_outer in _graphs_in_scope(branch, {**outer, **_known_types(graph)}):
+                    types = {**sub_outer, **_known_types(sub)}  # shaped types only: no shape counts as dynamic
                     for node in (n for n in sub.node if (n.domain, n.op_type) == GQA):
                         names = [n for n in [*node.input, *node.output] if n]
                         dims = [d for n in names if n in types for d in types[n].tensor_type.shape.dim]
@@ -426,10 +426,6 @@ def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
                                 "dynamic shapes inside an If is refused on iree-cpu (IREE miscompiles the data-dependent "
                                 "cache rows it yields: wrong caches or a crash); declare static shapes, or use the "
                                 "refbackend", [])
-
-
-def _declared(graph: onnx.GraphProto) -> dict:
-    return {vi.name: vi.type for vi in [*graph.input, *graph.value_info, *graph.output]}
 
 
 class IreeCompiledModule:
