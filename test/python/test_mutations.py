@@ -269,8 +269,8 @@ def _assert_runs_as_onnxruntime(what: str, model, feeds: dict, tmp_path) -> None
 
 def _with_presents(model):
     """The model with its node's present outputs named (not graph outputs): onnxruntime 1.32
-    computes a node without them from uninitialized present buffers after a past (its output
-    varies from run to run; test_malformed.test_output_only_node), with them it is the op."""
+    without them reads the step's new K/V rows in place of its cache after a past (its output
+    is not the op's; test_gqa_outputs.py), with them it is the op."""
     node = model.graph.node[0]
     names = list(node.output) + [""] * (3 - len(node.output))
     if names[1] or names[2]:  # both given, or one alone (which onnxruntime rejects, and so must ours)

@@ -324,6 +324,12 @@ def _check_outputs(b: OpBinder, attrs: GqaAttributes):
             f"is produced without output {missing} '{OUTPUTS[missing]}'; onnxruntime requires both present outputs or neither",
             f"output {given} '{OUTPUTS[given]}'",
         )
+    if not produced[0]:  # neither present output: onnxruntime runs only a float cache that is not a window cache
+        for on, subject, cache in ((attrs.window_cache, "attribute 'sliding_window_cache'", "sliding_window_cache=1"),
+                                   (attrs.kv_bits, "attribute 'kv_cache_bit_width'", f"a {attrs.kv_bits}-bit quantized cache")):
+            if on:
+                raise Refusal(f"{cache} needs outputs 1 'present_key' and 2 'present_value', which the node omits "
+                              "(onnxruntime rejects it at run time)", subject)
 
 
 def _require(t: dict, name: str):
