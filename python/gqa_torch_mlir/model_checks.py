@@ -25,6 +25,7 @@ from onnx import AttributeProto, numpy_helper
 from .errors import GqaTorchMlirError, LoweringError
 from .onnx_loops import carried_types_restored, loops_normalized
 from .onnx_shapes import GQA, infer_shapes_with_contrib_ops
+from .onnx_tensors import check_element_types, needs_raw_data, storage_normalized, tensors_of
 from .registry import REGISTRY
 
 #: Attribute types our contrib-op lowerings read; the others have no MLIR form in the importer.
@@ -46,7 +47,8 @@ def prepare_for_import(proto: onnx.ModelProto) -> onnx.ModelProto:
         _check_nodes(graph, opset)
         _check_unique_names(graph)
         _check_tensor_types(graph)
-    proto, carried = loops_normalized(_graph_forms_normalized(proto))
+    check_element_types(all_graphs(proto.graph))
+    proto, carried = loops_normalized(_tensor_storage_normalized(_graph_forms_normalized(proto)))
     declared = _declared_output_shapes_released(proto)
     try:
         inferred = infer_shapes_with_contrib_ops(proto)  # a new model
@@ -361,6 +363,15 @@ def _graph_forms_normalized(proto: onnx.ModelProto) -> onnx.ModelProto:
         for dim in _negative_dims(graph):
             dim.Clear()
         _sort_topologically(graph)
+    return proto
+
+
+def _tensor_storage_normalized(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model (a copy when changed) with every tensor's data in ``raw_data`` (onnx_tensors.py)."""
+    if not any(needs_raw_data(t) for g in all_graphs(proto.graph) for t, _ in tensors_of(g)):
+        return proto
+    proto = _copy(proto)
+    storage_normalized(all_graphs(proto.graph))
     return proto
 
 
