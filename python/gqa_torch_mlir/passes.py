@@ -6,7 +6,9 @@ driver (ops that Python patterns create are not revisited, llvm-project
 #163694, and need not be).  An op whose lowering refuses is left in place and
 reported as an error at its location with the reason; the pass then fails.
 It must run before torch-mlir's ``convert-torch-onnx-to-torch``, whose own
-C++ GroupQueryAttention lowering must never see the op.
+C++ GroupQueryAttention lowering must never see the op.  Last, a uint8
+constant that a function returns is routed through two bitwise NOTs
+(function_outputs.py), which torch-mlir's backend conversion needs.
 
 The bindings are taken from the op handed to the pass, so the same pass runs
 inside torch-mlir's and IREE's Python bindings.
@@ -23,6 +25,7 @@ from . import patterns as _patterns  # noqa: F401  (registers the lowerings)
 from .binder import OpBinder
 from .builder import TorchBuilder, TypeCache
 from .errors import LoweringError
+from .function_outputs import guard_constant_uint8_results
 from .options import LoweringOptions
 from .registry import NOT_LOWERED, REGISTRY, Refusal, Registry
 
@@ -124,6 +127,7 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     patterns = rewrite.RewritePatternSet(root.context)
     patterns.add("torch.operator", pattern)
     rewrite.walk_and_apply_patterns(root, patterns.freeze())
+    guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
     return refused
 
 
