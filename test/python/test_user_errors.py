@@ -278,3 +278,16 @@ def test_versions_newer_than_onnx_defines(field, value, message):
         next(o for o in model.opset_import if o.domain == "").version = value
     with pytest.raises(GqaTorchMlirError, match=message):
         gqa_torch_mlir.compile(model, "torch")
+
+
+def test_demo_prints_like_for_like_times():
+    """Set-up (compile, onnxruntime's session) apart from the run calls, each timed alone in this process."""
+    run = run_main("demo", "--prompt", "3", "--steps", "2")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    setup = next(line for line in lines if line.startswith("set-up: "))
+    assert "refbackend compile" in setup and "onnxruntime session" in setup
+    assert any(line.startswith("prompt call: refbackend ") and ", onnxruntime " in line for line in lines)
+    decode = next(line for line in lines if line.startswith("decode, median per step: "))
+    assert "(2 steps; onnxruntime CPU provider, 1 thread, graph optimizations off)" in decode
+    assert not any("session creation" in line or "session setup" in line for line in lines)

@@ -5,7 +5,7 @@ next to onnxruntime, printing how far the two are apart at every step."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -51,6 +51,33 @@ def step_feeds(cfg: GQAConfig, rng: np.random.Generator, S: int, past_key, past_
     return feeds
 
 
+class CallTimes:
+    """``fn`` wrapped to record the wall time of each call (all in this process)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.seconds = fn, []
+
+    def __call__(self, *args):
+        t = time.perf_counter()
+        result = self.fn(*args)
+        self.seconds.append(time.perf_counter() - t)
+        return result
+
+
+def timing_lines(ours_name: str, setup: Dict[str, float], ours: CallTimes, theirs: CallTimes, what: str = "token") -> List[str]:
+    """Like-for-like figures: set-up apart (compile; onnxruntime session creation), then the
+    prompt call and the median decode call, each a run call alone on the same feeds."""
+    from .gqa_onnx import ORACLE_SETTINGS
+
+    ms = lambda seconds: f"{1e3 * seconds:.2f} ms"  # noqa: E731
+    lines = ["set-up: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in setup.items())]
+    lines.append(f"prompt call: {ours_name} {ms(ours.seconds[0])}, onnxruntime {ms(theirs.seconds[0])}")
+    if len(ours.seconds) > 1:
+        lines.append(f"decode, median per {what}: {ours_name} {ms(float(np.median(ours.seconds[1:])))}, "
+                     f"onnxruntime {ms(float(np.median(theirs.seconds[1:])))} ({len(ours.seconds) - 1} steps; {ORACLE_SETTINGS})")
+    return lines
+
+
 def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
     """Run the demo; True when every step matches onnxruntime."""
     try:
@@ -59,7 +86,7 @@ def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
         from ..errors import GqaTorchMlirError
 
         raise GqaTorchMlirError("the demo compares with onnxruntime: pip install 'gqa-torch-mlir[test]'") from None
-    from .gqa_onnx import run_onnxruntime
+    from .gqa_onnx import OnnxruntimeOracle
 
     cfg = demo_config(args)
     model = make_model(cfg)
@@ -74,20 +101,20 @@ def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
     prompt_feeds = step_feeds(cfg, rng, args.prompt, *ours_cache)  # before compiling: sizes past memory fail at once
     t0 = time.perf_counter()
     session = InferenceSession(model)
-    print_fn(f"compiled with convert-onnx-gqa-to-torch -> torch-mlir -> refbackend in {time.perf_counter() - t0:.2f} s")
+    setup = {"refbackend compile": time.perf_counter() - t0}
+    print_fn(f"compiled with convert-onnx-gqa-to-torch -> torch-mlir -> refbackend in {setup['refbackend compile']:.2f} s")
+    t0 = time.perf_counter()
+    oracle = OnnxruntimeOracle(model)
+    setup["onnxruntime session"] = time.perf_counter() - t0
     names = [o.name for o in session.get_outputs()]
-    all_ok, ours_time, ort_time = True, 0.0, 0.0
+    ours, theirs = CallTimes(lambda feeds: dict(zip(names, session.run(None, feeds)))), CallTimes(oracle.run)
+    all_ok = True
     print_fn(f"{'step':>4} {'S':>3} {'past':>5}  {'max|out diff|':>13}  {'max|cache diff|':>15}  result")
     for step in range(args.steps + 1):
         S = args.prompt if step == 0 else 1
         feeds = prompt_feeds if step == 0 else step_feeds(cfg, rng, S, *ours_cache)
         ort_feeds = dict(feeds, past_key=ort_cache[0], past_value=ort_cache[1])
-        t = time.perf_counter()
-        got = dict(zip(names, session.run(None, feeds)))
-        ours_time += time.perf_counter() - t
-        t = time.perf_counter()
-        want = run_onnxruntime(model, ort_feeds)
-        ort_time += time.perf_counter() - t
+        got, want = ours(feeds), theirs(ort_feeds)
         problems = compare(_step_cfg(cfg, S, feeds["past_key"].shape[2]), got, want, ort_feeds)
         all_ok &= not problems
         print_fn(
@@ -97,8 +124,8 @@ def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
         )
         ours_cache = (got["present_key"], got["present_value"])
         ort_cache = (want["present_key"], want["present_value"])
-    steps = args.steps + 1
-    print_fn(f"time per step: refbackend {1e3 * ours_time / steps:.2f} ms, onnxruntime {1e3 * ort_time / steps:.2f} ms (includes onnxruntime's session setup)")
+    for line in timing_lines("refbackend", setup, ours, theirs, what="step"):
+        print_fn(line)
     print_fn("RESULT: " + ("all steps match onnxruntime" if all_ok else "MISMATCH against onnxruntime"))
     return all_ok
 
@@ -130,7 +157,7 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
     from ..pipeline import load_model
     from ..session import _main_function_name
     from .decoder import EMBEDDED_DECODER, Decoder
-    from .gqa_onnx import run_onnxruntime
+    from .gqa_onnx import OnnxruntimeOracle
 
     directory = args.model or EMBEDDED_DECODER
     decoder = Decoder(directory)
@@ -148,40 +175,36 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
     module = compile_model(proto, "linalg-on-tensors", progress=progress)
     progress("refbackend (LLVM JIT)")
     compiled, function = RefBackend().compile(module), _main_function_name(module)
-    compile_s = time.perf_counter() - t0
-    print_fn(f"compiled with convert-onnx-gqa-to-torch through torch-mlir to the refbackend in {compile_s:.2f} s")
+    setup = {"refbackend compile": time.perf_counter() - t0}
+    print_fn(f"compiled with convert-onnx-gqa-to-torch through torch-mlir to the refbackend in {setup['refbackend compile']:.2f} s")
+    t0 = time.perf_counter()
+    try:
+        oracle = OnnxruntimeOracle(proto)
+    except Exception as e:  # onnxruntime's own refusal of the model
+        raise GqaTorchMlirError(f"onnxruntime cannot load '{decoder.path}': {str(e).strip()}") from None
+    setup["onnxruntime session"] = time.perf_counter() - t0
     initializers = {i.name for i in proto.graph.initializer}
     inputs = [i.name for i in proto.graph.input if i.name not in initializers]
     outputs = [o.name for o in proto.graph.output]
-    timing = {"ours": 0.0, "onnxruntime": 0.0}
 
-    def ours(feeds):
-        t = time.perf_counter()
-        result = dict(zip(outputs, compiled.invoke(function, *[feeds[n] for n in inputs])))
-        timing["ours"] += time.perf_counter() - t
-        return result
-
-    def theirs(feeds):
-        t = time.perf_counter()
+    def run_oracle(feeds):
         try:
-            result = run_onnxruntime(proto, feeds)
+            return oracle.run(feeds)
         except Exception as e:  # onnxruntime's own refusal of a step
             raise GqaTorchMlirError(f"onnxruntime failed on a step of '{decoder.path}': {str(e).strip()}") from None
-        timing["onnxruntime"] += time.perf_counter() - t
-        return result
+
+    ours = CallTimes(lambda feeds: dict(zip(outputs, compiled.invoke(function, *[feeds[n] for n in inputs]))))
+    theirs = CallTimes(run_oracle)
 
     print_fn(f"prompt: {prompt}")
     ort_tokens, ort_logits, _ = decoder.generate(theirs, prompt, args.steps)
     our_tokens, our_logits, _ = decoder.generate(ours, prompt, args.steps, on_step=lambda i, tok, _: print_fn(f"  step {i}: token {tok}"))
     worst = max(float(np.max(np.abs(a.astype(np.float32) - b.astype(np.float32)))) for a, b in zip(our_logits, ort_logits))
-    steps = args.steps + 1
     print_fn(f"tokens (refbackend):  {our_tokens}")
     print_fn(f"tokens (onnxruntime): {ort_tokens}")
     print_fn(f"largest logits difference: {worst:.2e}")
-    print_fn(
-        f"time per token: refbackend {1e3 * timing['ours'] / steps:.2f} ms, "
-        f"onnxruntime {1e3 * timing['onnxruntime'] / steps:.2f} ms (onnxruntime's includes session creation)"
-    )
+    for line in timing_lines("refbackend", setup, ours, theirs):
+        print_fn(line)
     same = our_tokens == ort_tokens
     print_fn("RESULT: " + ("identical greedy tokens" if same else "tokens DIFFER from onnxruntime"))
     return same

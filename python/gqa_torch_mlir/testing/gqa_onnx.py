@@ -40,6 +40,7 @@ __all__ = [
     "make_model",
     "make_inputs",
     "run_onnxruntime",
+    "OnnxruntimeOracle",
     "compare",
     "INPUT_SLOTS",
 ]
@@ -498,21 +499,34 @@ def default_positions(cfg: GQAConfig) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
-    """Run ``model`` on onnxruntime's CPU provider (1 intra-op thread, no graph
-    optimizations); returns outputs by name. Feeds not named by the graph are ignored."""
-    import onnxruntime as ort
+#: How the oracle runs onnxruntime: its CPU provider, 1 intra-op thread, no graph optimizations.
+ORACLE_SETTINGS = "onnxruntime CPU provider, 1 thread, graph optimizations off"
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 4  # fatal only: its errors reach the caller as exceptions, not as stderr lines
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    wanted = {i.name for i in sess.get_inputs()}
-    names = [o.name for o in sess.get_outputs()]
-    results = sess.run(names, {k: np.asarray(v) for k, v in feeds.items() if k in wanted})
-    return dict(zip(names, results))
+
+class OnnxruntimeOracle:
+    """One onnxruntime session of ``model`` (created once); ``run(feeds)`` returns outputs by name.
+    Feeds not named by the graph are ignored."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 4  # fatal only: its errors reach the caller as exceptions, not as stderr lines
+        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        results = self.session.run(self.outputs, {k: np.asarray(v) for k, v in feeds.items() if k in self.inputs})
+        return dict(zip(self.outputs, results))
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
+    """Run ``model`` once on the oracle (:class:`OnnxruntimeOracle`); returns outputs by name."""
+    return OnnxruntimeOracle(model).run(feeds)
 
 
 # ---------------------------------------------------------------------------
