@@ -11,6 +11,16 @@ model builder emits it there).  Dimension letters:
 f16 and f32 inputs are computed in f32 and f64 in f64 (onnxruntime's kernel
 widens f16 to float; ``stash_type`` 1 is that float statistic).  The helper
 :func:`rms_normalize` is shared with SkipSimplifiedLayerNormalization.
+
+Rounding, as onnxruntime 1.32's x86 CPU kernels round (bit for bit on an AVX2
+host, measured): this op sums the squares in 8 lanes (element i into lane
+i mod 8, the last D mod 8 elements added one by one after the lanes are
+reduced as halves, 8 -> 4 -> 2 -> 1) and multiplies by 1/std; the skip
+variant sums them in element order and divides by std.  Both orders are
+written out in the ops (:func:`lane_sum_of_squares`), so every backend keeps
+them; what cannot be written is onnxruntime's fused multiply-add in the lanes
+(each square rounded before it is added here), which leaves a last-bit
+difference in about one row in ten (docs: README Limits).
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
             "attribute 'stash_type'",
         )
     epsilon = b.attr_float("epsilon", 1e-5)
-    y_ND, inv_std_N1 = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype)
+    y_ND, inv_std_N1 = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype, lanes=LANES)
     results = [y_ND, inv_std_N1][: b.num_results]
     return [b.declared_result(tb, i, t) for i, t in enumerate(results)]
 
@@ -109,18 +119,59 @@ def compute_dtype(dtype: str) -> str:
     return "f64" if dtype == "f64" else "f32"
 
 
-def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, dims: Sequence[int], out_dtype: str) -> Tuple[Tensor, Tensor]:
-    """``(x / sqrt(mean(x^2) + epsilon) * scale, 1 / sqrt(mean(x^2) + epsilon))`` over ``dims``.
+#: onnxruntime's f32 SimplifiedLayerNormalization sums squares in this many lanes (its AVX2 kernel).
+LANES = 8
+
+
+def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, dims: Sequence[int], out_dtype: str,
+                  lanes: int = 0) -> Tuple[Tensor, Tensor]:
+    """``(x * scale / sqrt(mean(x^2) + epsilon), 1 / sqrt(mean(x^2) + epsilon))`` over ``dims``.
 
     Computed in :func:`compute_dtype` of ``out_dtype`` (``x`` may already be
     wider, as a skip sum is); the normalized output is cast to ``out_dtype``,
     the inverse std to f32 (stash_type 1, the type ONNX declares for it),
-    shaped [N..., 1...].
+    shaped [N..., 1...].  ``lanes``: sum the squares in that many lanes and
+    multiply by 1/std (onnxruntime's SimplifiedLayerNormalization, f32
+    compute and a static last dim normalized alone); 0: in element order and
+    divide by std (its SkipSimplifiedLayerNormalization).
     """
     ct = compute_dtype(out_dtype)
     x = tb.to_dtype(x, ct)
-    mean_square_N1 = tb.mean_dims(tb.mul(x, x), dims)  # [N..., D...] -> [N..., 1...]
+    D = x.shape[-1]
+    in_lanes = lanes and ct == "f32" and list(dims) == [x.rank - 1] and D is not None
+    if in_lanes:
+        mean_square_N1 = tb.div_scalar(lane_sum_of_squares(tb, x, lanes), float(D))  # [N...,D] -> [N...,1]
+    else:
+        mean_square_N1 = tb.mean_dims(tb.mul(x, x), dims)  # [N..., D...] -> [N..., 1...]
     std_N1 = tb.sqrt(tb.add_float(mean_square_N1, epsilon))
-    y = tb.mul(tb.div(x, std_N1), tb.to_dtype(scale, ct))  # x / std * scale, in onnxruntime's order
     inv_std_N1 = tb.div(tb.full_like(std_N1, 1.0), std_N1)
+    if in_lanes:
+        y = tb.mul(tb.mul(x, inv_std_N1), tb.to_dtype(scale, ct))  # x * (1/std) * scale
+    else:
+        y = tb.mul(tb.div(x, std_N1), tb.to_dtype(scale, ct))  # x / std * scale
     return tb.to_dtype(y, out_dtype), tb.to_dtype(inv_std_N1, "f32")
+
+
+def lane_sum_of_squares(tb: TorchBuilder, x_ND: Tensor, lanes: int) -> Tensor:
+    """Sum of squares over the (static) last dim D, in onnxruntime's order: [N...,D] -> [N...,1].
+
+    Element i < K = D - D mod lanes goes to lane i mod lanes (each lane summed
+    in element order); the lanes are reduced as halves; the last D - K
+    squares are then added one by one.
+    """
+    D = x_ND.shape[-1]
+    K = D - D % lanes
+    sq_ND = tb.mul(x_ND, x_ND)
+    last = x_ND.rank - 1
+    if K:
+        rows_NRL = tb.unflatten(tb.slice(sq_ND, last, 0, K), last, [K // lanes, lanes])  # [N...,K] -> [N...,K/L,L]
+        acc_NL = tb.flatten(tb.sum_dim(rows_NRL, last), last, last + 1)  # -> [N...,1,L] -> [N...,L], each lane in order
+        while acc_NL.shape[-1] > 1:  # halves: [N...,L] -> [N...,L/2] ... -> [N...,1]
+            half = acc_NL.shape[-1] // 2
+            acc_NL = tb.add(tb.slice(acc_NL, last, 0, half), tb.slice(acc_NL, last, half, 2 * half))
+        total_N1 = acc_NL
+    else:
+        total_N1 = tb.full_like(tb.slice(sq_ND, last, 0, 1), 0.0)  # [N...,1] zeros
+    for i in range(K, D):
+        total_N1 = tb.add(total_N1, tb.slice(sq_ND, last, i, i + 1))  # + x[i]^2, in order
+    return total_N1
