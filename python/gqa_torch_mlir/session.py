@@ -44,7 +44,7 @@ _ONNX_TYPE_NAMES = {
 }
 
 BACKENDS = ("refbackend", "iree-cpu")
-# The attention form each backend runs fastest (measured: see README, "Performance").
+# The attention form each backend runs fastest (measured: see docs/design.md, "Attention forms and performance").
 DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed"}
 
 

@@ -342,7 +342,7 @@ def test_skip_simplified_layer_norm(case, dtype):
 
 # Rounding: onnxruntime 1.32's x86 kernels (AVX2: 8 FMA lanes and 1/std for the plain op, element order
 # and a division for the skip op).  iree-cpu contracts the lanes' multiply-adds as onnxruntime does; the
-# refbackend rounds each square first, a last-bit difference in some rows (README Limits).
+# refbackend rounds each square first, a last-bit difference in some rows (docs/limits.md).
 NORM_ROUNDING = {  # op: (rows differing allowed on the refbackend, of 200)
     "SimplifiedLayerNormalization": 40,
     "SkipSimplifiedLayerNormalization": 0,

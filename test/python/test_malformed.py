@@ -390,7 +390,7 @@ CASES: List[Case] = [
     case("value_without_key", ["'key'", "give both"], "run", **_inp(key=None)),
     case("key_longer_than_query", ["sequence size", "key 2"], "run", **_inp(key=(F32, [B, 2, HKV * DH]), value=(F32, [B, 2, HKV * DH]))),
     case("shared_kv_key_without_rows", ["sequence size", "key 0"], "accepts",
-         why="onnxruntime's shared-KV form (0 new key rows, attention over the past) is not lowered (README limit)",
+         why="onnxruntime's shared-KV form (0 new key rows, attention over the past) is not lowered (docs/limits.md)",
          feeds={"seqlens_k": [P - 1], "total_sequence_length": P},
          **_inp(key=(F32, [B, 0, HKV * DH]), value=(F32, [B, 0, HKV * DH]))),
     case("past_key_without_past_value", [PV4, "both given or both absent"], "load", **_inp(past_value=None)),

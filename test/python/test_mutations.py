@@ -3,7 +3,7 @@ input declarations changed at random, each checked against onnxruntime.
 
 An attribute mutation is lowered and agrees with onnxruntime where
 onnxruntime runs it, or refused by name (the attribute, an input or the op)
-where onnxruntime rejects it or the README names the limit.  A declaration
+where onnxruntime rejects it or docs/limits.md names the limit.  A declaration
 mutation (an input's element type, rank, a dim made symbolic or changed,
 inputs dropped or swapped, outputs added or dropped) compiles to linalg, or
 is refused by the plugin pass or the importer: never a failure further down
@@ -62,7 +62,7 @@ ATTRIBUTE_VALUES = {
     "v_quant_type": ["NONE", "PER_TENSOR", "PER_CHANNEL", "PER_ROW"],
     "not_an_attribute": [1],
 }
-# onnxruntime accepts these, the lowering refuses them by name (README, Limits).
+# onnxruntime accepts these, the lowering refuses them by name (docs/limits.md).
 DELIBERATE_LIMITS = {"scale": lambda v: not math.isfinite(v)}
 
 
@@ -237,7 +237,7 @@ def fitted_feeds(rng: np.random.Generator, model: onnx.ModelProto, base: dict):
     return feeds
 
 
-# Refusals of models onnxruntime runs that the README names as limits ("Limits (today)").
+# Refusals of models onnxruntime runs that docs/limits.md names.
 DOCUMENTED_REFUSALS = (
     "(hidden size) must be static",  # a dynamic query hidden size
     "must be static, a multiple of 8",  # a dynamic cos/sin width
@@ -250,7 +250,7 @@ OUR_ERRORS = ("GqaTorchMlirError", "LoweringError", "CompileStageError", "Runtim
 
 def _assert_runs_as_onnxruntime(what: str, model, feeds: dict, tmp_path) -> None:
     """Ours never dies and raises only its own errors; it computes only where onnxruntime
-    does, and then agrees on the rows onnxruntime defines, or refuses with a README limit."""
+    does, and then agrees on the rows onnxruntime defines, or refuses with a limit of docs/limits.md."""
     from gqa_torch_mlir.testing.isolated import run_isolated
 
     theirs = run_isolated(_with_presents(model), feeds, tmp_path, engine="onnxruntime")

@@ -1,17 +1,17 @@
-"""The README's table of what is lowered is the one the pattern checks against."""
+"""docs/support.md's table of what is lowered is the one the pattern checks against."""
 
 from pathlib import Path
 
 from gqa_torch_mlir.patterns.gqa_support import ATTRIBUTES, INPUTS, support_table_markdown
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SUPPORT = Path(__file__).resolve().parents[2] / "docs" / "support.md"
 
 
-def test_readme_table_is_rendered_from_the_support_table():
-    text = README.read_text()
+def test_docs_table_is_rendered_from_the_support_table():
+    text = SUPPORT.read_text()
     begin, end = "<!-- support-table:begin -->\n", "\n<!-- support-table:end -->"
     rendered = text[text.index(begin) + len(begin) : text.index(end)]
-    assert rendered == support_table_markdown(), "README.md's table is stale: paste support_table_markdown()"
+    assert rendered == support_table_markdown(), "docs/support.md's table is stale: paste support_table_markdown()"
 
 
 def test_table_covers_the_onnxruntime_schema():

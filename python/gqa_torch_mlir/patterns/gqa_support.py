@@ -3,7 +3,7 @@
 Each ONNX attribute and input of the op (onnxruntime's schema) has an entry
 saying which values are lowered.  Anything else is refused by name with the
 supported values, never accepted and ignored.  ``support_table_markdown()``
-renders the table for the README.
+renders the table of docs/support.md.
 """
 
 from __future__ import annotations
@@ -511,7 +511,7 @@ def _check_extras(t: dict, attrs: GqaAttributes, dtype: str):
 
 
 def support_table_markdown() -> str:
-    """The README's table of what is lowered and what is refused."""
+    """docs/support.md's table of what is lowered and what is refused."""
     rows = ["| kind | name | lowered |", "| --- | --- | --- |"]
     for r in INPUTS:
         rows.append(f"| input {r.slot} | `{r.name}` | {'yes' if r.lowered else 'no'}: {r.note} |")

@@ -20,7 +20,7 @@ variant sums them in element order and divides by std.  Both orders are
 written out in the ops (:func:`lane_sum_of_squares`), so every backend keeps
 them; what cannot be written is onnxruntime's fused multiply-add in the lanes
 (each square rounded before it is added here), which leaves a last-bit
-difference in about one row in ten (docs: README Limits).
+difference in about one row in ten (docs/limits.md).
 """
 
 from __future__ import annotations
