@@ -30,7 +30,7 @@ func.func @constant_index(%shape: !torch.vtensor<[3],si64>) -> !torch.vtensor<[]
 // -----
 
 // GatherElements, ScatterElements, GatherND and ScatterND are guarded the same
-// way (patterns/_indices.py): checked, clamped, rebuilt for torch-mlir.
+// way (patterns/ai_onnx/_indices.py): checked, clamped, rebuilt for torch-mlir.
 // CHECK-LABEL: func.func @gather_elements
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices dimension 0 must not exceed the data's (onnxruntime rejects it) [at {{.+}}]"
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GatherElements: indices must lie in [-n, n), n = data dimension 1 (onnxruntime rejects them otherwise) [at {{.+}}]"

@@ -1,4 +1,4 @@
-"""MatMulNBits and GatherBlockQuantized (patterns/matmul_nbits.py, gather_block_quantized.py)
+"""MatMulNBits and GatherBlockQuantized (patterns/com_microsoft/matmul_nbits.py, gather_block_quantized.py)
 where the declared types leave something to run time, against onnxruntime.
 
 * Inputs declared with symbolic dims are checked on each call, as onnxruntime

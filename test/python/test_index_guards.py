@@ -1,5 +1,5 @@
 """Gather, GatherElements, GatherND, ScatterElements and ScatterND with run-time indices
-(patterns/gather.py, gather_elements.py, gather_nd.py, scatter_elements.py, scatter_nd.py)
+(patterns/ai_onnx/gather.py, gather_elements.py, gather_nd.py, scatter_elements.py, scatter_nd.py)
 against onnxruntime.
 
 torch-mlir's lowerings trusted the indices: out of range they read or wrote

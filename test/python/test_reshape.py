@@ -1,4 +1,4 @@
-"""ONNX Reshape with a run-time shape (patterns/reshape.py) against onnxruntime.
+"""ONNX Reshape with a run-time shape (patterns/ai_onnx/reshape.py) against onnxruntime.
 
 torch-mlir's own lowering divided the element count by the product of the
 target dims at run time: an empty input or a 0 in the shape died of SIGFPE.

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from gqa_torch_mlir.patterns.gqa_support import ATTRIBUTES, INPUTS, support_table_markdown
+from gqa_torch_mlir.patterns.com_microsoft.group_query_attention.support import ATTRIBUTES, INPUTS, support_table_markdown
 
 SUPPORT = Path(__file__).resolve().parents[2] / "docs" / "support.md"
 

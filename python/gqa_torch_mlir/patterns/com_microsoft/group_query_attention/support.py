@@ -13,8 +13,8 @@ import string
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
-from ..binder import OpBinder
-from ..registry import Refusal
+from ....binder import OpBinder
+from ....registry import Refusal
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _check_bias_columns(b: OpBinder, t: dict):
     bias, past = t["attention_bias"], t["past_key"]
     if bias is None or past is None or b.num_results < 2:
         return
-    from ..builder import parse_vtensor_type
+    from ....builder import parse_vtensor_type
 
     declared = parse_vtensor_type(b.result_type_text(1))
     P, S, cols = past.shape[2], t["query"].shape[1], bias.shape[3]

@@ -19,9 +19,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..binder import OpBinder
-from ..builder import Dim, Tensor, TorchBuilder
-from ..registry import Refusal
+from ...binder import OpBinder
+from ...builder import Dim, Tensor, TorchBuilder
+from ...registry import Refusal
 
 INDEX_DTYPES = ("si64", "si32")
 

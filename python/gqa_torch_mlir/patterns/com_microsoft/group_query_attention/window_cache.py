@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..builder import Dim, Tensor, TorchBuilder
+from ....builder import Dim, Tensor, TorchBuilder
+from .checks import check_window_lengths
+from .inputs import CacheStep
+from .kv_cache import past_caches
 
 
 @dataclass
@@ -93,3 +96,13 @@ def plan_window(tb: TorchBuilder, past_BHkvCDc: Tensor, past_len_B: Tensor, seql
 def _rows_to_index(tb: TorchBuilder, rows_BN: Tensor, Hkv: int, Dc: int) -> Tensor:
     """Row numbers [B,N] as a dim-2 scatter/gather index [B,Hkv,N,Dc]."""
     return tb.expand(tb.unsqueeze(tb.unsqueeze(rows_BN, 1), 3), [-1, Hkv, -1, Dc])
+
+
+def window_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """A window-sized buffer: attention reads the staged rows, the buffer keeps the resident ones (the plan above)."""
+    past_key, past_value = past_caches(tb, ins, attrs)
+    check_window_lengths(tb, step, past_key, attrs.local_window_size, ins.query_seqlens is not None)
+    plan = plan_window(tb, past_key, step.past_len_B, step.seqlens_B, step.S, attrs.local_window_size)
+    read_key_BHkvXDc, present_key_BHkvCDc = plan.apply(tb, past_key, key_BHkvSDc)
+    read_value_BHkvXDc, present_value_BHkvCDc = plan.apply(tb, past_value, value_BHkvSDc)
+    return CacheStep(present_key_BHkvCDc, present_value_BHkvCDc, read_key_BHkvXDc, read_value_BHkvXDc, plan.key_abs_B1X, plan)

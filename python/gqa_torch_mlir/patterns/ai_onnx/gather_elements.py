@@ -8,9 +8,9 @@ the data: garbage, or SIGSEGV on iree-cpu).
 
 from __future__ import annotations
 
-from ..binder import OpBinder
-from ..builder import TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ...binder import OpBinder
+from ...builder import TorchBuilder
+from ...registry import NOT_LOWERED, onnx_op
 from ._indices import check_dims, checked_index_values, index_input, rebuild, same, static_mismatch
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from typing import List
 
-from ..binder import OpBinder
-from ..builder import TorchBuilder
-from ..registry import Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import TorchBuilder
+from ...registry import Refusal, onnx_op
 
 # onnxruntime's constants, as float32 values.
 TANH_B = 0.7978845608028654  # sqrt(2 / pi)

@@ -9,9 +9,9 @@ or SIGSEGV on iree-cpu).  A dynamic tuple width k is left to torch-mlir.
 
 from __future__ import annotations
 
-from ..binder import OpBinder
-from ..builder import TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ...binder import OpBinder
+from ...builder import TorchBuilder
+from ...registry import NOT_LOWERED, onnx_op
 from ._indices import check_dims, checked_index_columns, index_input, rebuild, same, static_mismatch
 
 

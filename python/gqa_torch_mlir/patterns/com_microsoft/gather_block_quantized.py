@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..binder import OpBinder
-from ..builder import Tensor, TorchBuilder
-from ..registry import Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import Tensor, TorchBuilder
+from ...registry import Refusal, onnx_op
 from .matmul_nbits import unpack_bits
 
 SUPPORTED_BITS = (4, 8)

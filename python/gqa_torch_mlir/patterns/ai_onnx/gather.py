@@ -12,9 +12,9 @@ as they are (shape arithmetic that torch-mlir folds).
 
 from __future__ import annotations
 
-from ..binder import OpBinder
-from ..builder import TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ...binder import OpBinder
+from ...builder import TorchBuilder
+from ...registry import NOT_LOWERED, onnx_op
 from ._indices import checked_index_values, index_input, rebuild
 
 

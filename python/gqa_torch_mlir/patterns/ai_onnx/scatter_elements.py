@@ -9,9 +9,9 @@ the output buffer (heap corruption, SIGSEGV on iree-cpu).  The ``min`` and
 
 from __future__ import annotations
 
-from ..binder import OpBinder
-from ..builder import Tensor, TorchBuilder
-from ..registry import NOT_LOWERED, Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import Tensor, TorchBuilder
+from ...registry import NOT_LOWERED, Refusal, onnx_op
 from ._indices import check_dims, check_reduction, checked_index_values, index_input, rebuild, same, static_mismatch
 
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from ..binder import OpBinder
-from ..builder import Tensor, TorchBuilder
-from ..registry import Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import Tensor, TorchBuilder
+from ...registry import Refusal, onnx_op
 
 SUPPORTED_BITS = (4, 8)
 A_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernels (no bf16)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from ..binder import OpBinder
-from ..builder import Tensor, TorchBuilder
-from ..registry import Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import Tensor, TorchBuilder
+from ...registry import Refusal, onnx_op
 
 # onnxruntime's CPU kernels take these (bf16 has no CPU kernel to check against).
 SUPPORTED_DTYPES = ("f32", "f16", "f64")

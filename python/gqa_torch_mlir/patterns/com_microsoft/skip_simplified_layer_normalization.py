@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import List
 
-from ..binder import OpBinder
-from ..builder import Tensor, TorchBuilder
-from ..registry import Refusal, onnx_op
-from .simplified_layer_normalization import check_float_dtype, check_normalized_size, checked_like, compute_dtype, rms_normalize
+from ...binder import OpBinder
+from ...builder import Tensor, TorchBuilder
+from ...registry import Refusal, onnx_op
+from ..ai_onnx.simplified_layer_normalization import check_float_dtype, check_normalized_size, checked_like, compute_dtype, rms_normalize
 
 # onnxruntime's default for SkipLayerNormalization / SkipSimplifiedLayerNormalization.
 DEFAULT_EPSILON = 1e-12

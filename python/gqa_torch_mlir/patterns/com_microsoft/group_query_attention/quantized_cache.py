@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..builder import Tensor, TorchBuilder
+from ....builder import Tensor, TorchBuilder
 
 
 @dataclass(frozen=True)

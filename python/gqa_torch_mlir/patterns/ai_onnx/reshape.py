@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import List, NamedTuple
 
-from ..binder import OpBinder
-from ..builder import Dim, TorchBuilder
-from ..registry import NOT_LOWERED, Refusal, onnx_op
+from ...binder import OpBinder
+from ...builder import Dim, TorchBuilder
+from ...registry import NOT_LOWERED, Refusal, onnx_op
 
 
 @onnx_op("Reshape", domain="", since=5)

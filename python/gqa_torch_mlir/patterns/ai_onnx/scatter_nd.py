@@ -10,9 +10,9 @@ torch-mlir.
 
 from __future__ import annotations
 
-from ..binder import OpBinder
-from ..builder import TorchBuilder
-from ..registry import NOT_LOWERED, onnx_op
+from ...binder import OpBinder
+from ...builder import TorchBuilder
+from ...registry import NOT_LOWERED, onnx_op
 from ._indices import check_dims, check_reduction, checked_index_columns, index_input, rebuild, static_mismatch
 
 

@@ -1,0 +1,128 @@
+"""Lowering of onnxruntime's ``com.microsoft.GroupQueryAttention`` to torch ops.
+
+The driver below reads top-down; each step lives in a module of its own:
+  support.py          the op's inputs and attributes: what is lowered, static checks, refusals
+  shapes.py           one batch/sequence size for all inputs; head dims (run-time checked)
+  positions.py        past lengths, token positions, rotary rows and rotation
+  heads.py            Q/K/V into heads
+  checks.py           run-time checks of the lengths onnxruntime checks
+  kv_cache.py         growing cache and fixed-capacity buffer (the cache update)
+  window_cache.py     window-sized buffer (sliding_window_cache=1)
+  quantized_cache.py  int8 / packed int4 caches
+  masks.py            visible keys, read rows, attention_bias
+  attention.py        SDPA or the decomposed form
+
+Dimension letters (onnxruntime's CPU kernel is the spec):
+  B   batch                          S   new tokens this step (query length)
+  P   past rows (past_key dim 2)     T   present rows = max(P, total_sequence_length)
+  H   query heads (num_heads)        Hkv key/value heads (kv_num_heads)
+  G   H / Hkv                        Dh  head size
+  R   rotated dims (2 * cos/sin columns; R < Dh is partial rotary)
+  Tt  total_sequence_length (the key dim of attention_bias and output_qk)
+
+Per batch row b, ``seqlens_k[b] + 1`` tokens are in the cache after the step.
+A first prompt (S == total_sequence_length) starts at row 0; any other step
+has ``past_len[b] = seqlens_k[b] + 1 - S`` valid past rows.  New token s sits
+at absolute position ``i = past_len[b] + s``: the cache row its K/V are
+written to, and (without position_ids) its rotary angle.  Query s sees key t
+iff ``t <= hi = min(i, seqlens_k[b])`` and, with a window W >= 0,
+``t > hi - W``; with causal=0 it sees every key ``t <= seqlens_k[b]``.
+
+The cache keeps past's rows and grows only when total_sequence_length > P
+(onnxruntime's present has ``max(P, total)`` rows): a growing cache gains S
+rows, a fixed-capacity buffer (total <= P) keeps its capacity and receives the
+new rows in place, at ``past_len[b] + s`` (ExecuTorch's update at start_pos).
+A window-sized buffer (sliding_window_cache=1) evicts: see window_cache.py.
+Quantized caches store int8 / packed int4 rows: see quantized_cache.py.
+
+Attention is ``scaled_dot_product_attention`` when the op's scores need no
+more than an additive mask; softcap, smooth softmax / head_sink, output_qk and
+an empty window (W = 0) use a decomposed form on grouped queries (K/V are
+never repeated), in f32 as onnxruntime computes f16 inputs.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from ....binder import OpBinder
+from ....builder import TorchBuilder
+from ....registry import onnx_op
+from .attention import decomposed_attention, needs_scores, sdpa_attention
+from .checks import check_rotary_rows, check_total, checked_rotary_positions
+from .heads import split_heads
+from .inputs import CacheStep, GqaInputs
+from .kv_cache import kv_cache_step
+from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
+from .positions import RotaryTables, step_positions
+from .quantized_cache import CacheCodec
+from .shapes import unify_dims
+from .support import OUTPUTS, read_attributes, validate_inputs
+from .window_cache import window_cache_step
+
+
+@onnx_op("GroupQueryAttention", domain="com.microsoft", since=1)
+def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
+    attrs = read_attributes(b)  # support.py: every attribute read, refused by name when not lowered
+    ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)  # support.py, shapes.py
+    step = step_positions(tb, ins)  # positions.py: past lengths and token positions
+    check_total(tb, ins, step, attrs.window_cache)  # checks.py
+    query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)  # heads.py: [B,S,N*Dh] -> [B,N,S,Dh]
+    query_BHSDh, key_BHkvSDh = rotate(tb, attrs, ins, step, query_BHSDh, key_BHkvSDh)
+    codec = cache_codec(attrs, ins)  # quantized_cache.py (a float cache: the identity)
+    cache = update_cache(tb, b, attrs, ins, step, codec, key_BHkvSDh, value_BHkvSDh)  # kv_cache.py, window_cache.py
+    attn_BHSDh, qk_BHSTt = attend(tb, b, attrs, ins, step, codec, cache, query_BHSDh)  # masks.py, attention.py
+    return outputs(tb, b, attn_BHSDh, cache, qk_BHSTt)
+
+
+def rotate(tb, attrs, ins, step, query_BHSDh, key_BHkvSDh):
+    """Q and K rotated at their rotary positions (do_rotary); cos/sin rows checked whenever given."""
+    if ins.cos_cache is not None:  # checked whenever given, as onnxruntime does
+        check_rotary_rows(tb, ins, step)
+    if not attrs.do_rotary:
+        return query_BHSDh, key_BHkvSDh
+    positions_BS = checked_rotary_positions(tb, ins, step)
+    if ins.cos_cache.shape[1] == 0:  # a width of 0 rotates nothing
+        return query_BHSDh, key_BHkvSDh
+    rotary = RotaryTables.gather(tb, ins, positions_BS, attrs.rotary_interleaved)
+    return rotary.apply(tb, query_BHSDh), rotary.apply(tb, key_BHkvSDh)
+
+
+def cache_codec(attrs, ins) -> CacheCodec:
+    per_tensor = attrs.quant_type == "PER_TENSOR" and attrs.kv_bits == 8
+    return CacheCodec(attrs.kv_bits, ins.k_scale, ins.v_scale, per_tensor, value_scaled_after=per_tensor and attrs.qk_output != 0)
+
+
+def update_cache(tb, b, attrs, ins, step, codec, key_BHkvSDh, value_BHkvSDh) -> CacheStep:
+    """The new rows encoded and written: a window-sized buffer, or a growing / fixed-capacity cache."""
+    key_BHkvSDc, value_BHkvSDc = codec.encode(tb, key_BHkvSDh, "key"), codec.encode(tb, value_BHkvSDh, "value")
+    update = window_cache_step if attrs.window_cache else kv_cache_step
+    return update(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc)
+
+
+def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
+    """Attention [B,H,S,Dh] over the rows the cache step reads, and output_qk [B,H,S,Tt] (or None)."""
+    key_BHkvRDh, value_BHkvRDh = codec.decode(tb, cache.read_key, "key"), codec.decode(tb, cache.read_value, "value")
+    visible_BSR = visible_keys(tb, step, attrs, cache.key_pos)
+    if attrs.window_cache:
+        bias = window_bias(tb, ins, step, cache.key_pos)
+    else:
+        bias = padded_bias(tb, ins, step, cache.present_key)
+    keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
+    if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
+        factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
+        return decomposed_attention(
+            tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors,
+        )
+    # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
+    key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
+    value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
+    return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
+
+
+def outputs(tb, b, attn_BHSDh, cache: CacheStep, qk_BHSTt) -> List:
+    """The op's results, as many as the node declares, each cast to its declared type."""
+    output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
+    output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
+    results = [output_BSD, cache.present_key, cache.present_value, qk_BHSTt][: b.num_results]
+    return [tb.none() if t is None else b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]  # None: an unnamed output_qk

@@ -1,0 +1,57 @@
+"""The lowering's inputs and intermediate records: the op's inputs, the step's positions, the caches after the step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from ....builder import Dim, Tensor
+
+if TYPE_CHECKING:  # window_cache.py builds on these records
+    from .window_cache import WindowPlan
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class GqaInputs:
+    query: Tensor  # [B,S,H*Dh] or packed [B,S,(H+2Hkv)*Dh]
+    key: Optional[Tensor]  # [B,S,Hkv*Dh]; None when packed
+    value: Optional[Tensor]
+    past_key: Optional[Tensor]  # [B,Hkv,P,Dh]; None: an empty past
+    past_value: Optional[Tensor]
+    seqlens_k: Tensor  # [B] (or B entries in more dims of 1: [B,1], [1,B], [B,1,1]...) si32
+    total_sequence_length: Tensor  # [] or [1] si32
+    cos_cache: Optional[Tensor]  # [M,R/2]
+    sin_cache: Optional[Tensor]
+    position_ids: Optional[Tensor]  # [B,S] si64
+    attention_bias: Optional[Tensor]  # [B|1,H|1,S,Tt]
+    head_sink: Optional[Tensor]  # [H]
+    k_scale: Optional[Tensor]  # f32 [1] or [1,Hkv,1,Dh], with a quantized cache
+    v_scale: Optional[Tensor]
+    query_seqlens: Optional[Tensor]  # [B] si32: valid rows of a right-padded chunk
+    head_size: int
+
+
+@dataclass
+class Step:
+    """This step's lengths and positions."""
+
+    S: Dim
+    seqlens_B: Tensor  # si64 [B]
+    total: Tensor  # si64 [] (or [1])
+    first_prompt: Optional[Tensor]  # i1 [] (or [1]): S == total_sequence_length; None with query_seqlens
+    past_len_B: Tensor  # si64 [B]: tokens in the cache before the step
+    position_BS: Tensor  # si64 [B,S]: past_len[b] + s
+
+
+@dataclass
+class CacheStep:
+    """The caches after the step, and the rows attention reads."""
+
+    present_key: Tensor  # [B,Hkv,T,Dc] (stored form: int8 / packed int4 when quantized)
+    present_value: Tensor
+    read_key: Tensor  # [B,Hkv,R,Dc]: the present rows (R <= T), or a window cache's staged rows
+    read_value: Tensor
+    key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
+    window: Optional[WindowPlan] = None  # a window cache's plan

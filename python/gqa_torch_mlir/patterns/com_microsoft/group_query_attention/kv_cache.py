@@ -1,0 +1,129 @@
+"""The growing cache and the fixed-capacity buffer: present rows, growth, and the scatter of the new rows."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ....binder import OpBinder
+from ....builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
+from ....registry import Refusal
+from .checks import checked_cache_rows
+from .inputs import CacheStep, GqaInputs, Step
+from .support import GqaAttributes
+
+
+def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """A growing cache or a fixed-capacity buffer: the new rows are written at their positions.
+
+    A buffer that may be fixed-capacity is read on its rows [0, R) only,
+    R = max(seqlens_k) + 1, unless attention_bias or output_qk keep its
+    capacity as their key columns.
+    """
+    past_key, past_value = past_caches(tb, ins, attrs)
+    P = tb.size(past_key, 2)
+    growth = cache_growth(tb, b, step, past_key)
+    write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
+    index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+    present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
+    present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
+    read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
+    may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
+    if may_be_fixed and ins.attention_bias is None and not attrs.qk_output:
+        rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
+        read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
+        read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
+    key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
+
+
+def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
+    """past_key/past_value, or empty [B,Hkv,0,Dh] caches when absent."""
+    if ins.past_key is not None:
+        return ins.past_key, ins.past_value
+    empty_B0D = tb.slice(ins.query, 1, 0, 0, in_bounds=True)  # [B,S,D] -> [B,0,D]
+    empty_B10Dh = tb.slice(tb.unsqueeze(empty_B0D, 1), 3, 0, ins.head_size)  # -> [B,1,0,D] -> [B,1,0,Dh] (D >= Dh)
+    empty = tb.expand(empty_B10Dh, [-1, attrs.kv_num_heads, 0, ins.head_size])  # -> [B,Hkv,0,Dh]: only the 1 broadcasts
+    return empty, empty
+
+
+def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim:
+    """Rows the cache gains: max(0, total_sequence_length - P) (onnxruntime's present has max(P, total) rows).
+
+    Static when the op's declared present type and P are: S for a growing
+    cache, 0 for a fixed-capacity buffer.  Otherwise read from
+    total_sequence_length at run time, clamped to [0, S] so no value can make
+    the buffer grow past what a valid input needs.
+    """
+    P = past.shape[2]
+    declared = _declared_present_rows(b)
+    if declared is not None and P is not None:
+        growth = declared - P
+        if growth == 0:
+            return 0
+        if growth < 0 or (isinstance(step.S, int) and growth != step.S):
+            S = step.S if isinstance(step.S, int) else "S"
+            raise Refusal(
+                f"is declared with {declared} rows, but onnxruntime's present has max(past length, total_sequence_length) rows: "
+                f"{P} (fixed capacity) or {P} + {S} (a growing cache) with a past of {P} rows",
+                "output 1 'present_key'",
+            )
+        if not isinstance(step.S, int):
+            tb.runtime_assert(
+                tb.dim_eq(step.S, growth),
+                f"GroupQueryAttention: the present is declared with {declared} rows, past length {P} + S: S (query dimension 1) must be {growth}",
+            )
+        return growth
+    total = tb.item(step.total)
+    return tb.dim_max(tb.dim_min(tb.dim_sub(total, tb.size(past, 2)), step.S), 0)  # in [0, S] whatever total holds
+
+
+def _declared_present_rows(b: OpBinder) -> Optional[int]:
+    for i in (1, 2):
+        if b.num_results > i:
+            parsed = parse_vtensor_type(b.result_type_text(i))
+            if parsed and len(parsed[0]) == 4 and parsed[0][2] is not None:
+                return parsed[0][2]
+    return None
+
+
+def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dc: int) -> Tensor:
+    """Scatter index for the new K/V rows: position[b,s] broadcast to [B,Hkv,S,Dc] (Dc: stored row width)."""
+    index_B1S1 = tb.unsqueeze(tb.unsqueeze(position_BS, 1), 3)  # [B,S] -> [B,1,S] -> [B,1,S,1]
+    return tb.expand(index_B1S1, [-1, Hkv, -1, Dc])  # -> [B,Hkv,S,Dc]
+
+
+def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, index_BHkvSDh: Tensor, growth: Dim) -> Tensor:
+    """Grow the cache by ``growth`` zero rows, then write new token s of row b at position[b,s].
+
+    Rows before ``past_len[b]`` keep the past; rows after the new ones are
+    unspecified, as in onnxruntime.
+    """
+    if growth == 0:
+        grown_BHkvTDh = past_BHkvPDh
+    elif isinstance(growth, int) and None not in past_BHkvPDh.shape and past_BHkvPDh.shape[2] > 0:
+        grown_BHkvTDh = grow_rows(tb, past_BHkvPDh, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
+    else:  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
+        grown_BHkvTDh = tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
+    return tb.scatter_src(grown_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+
+
+def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
+    """R = max_b(seqlens_k[b]) + 1 clamped to [1, T]: the fixed-capacity rows attention can see.
+
+    onnxruntime's kernel reads only rows [0, seqlens_k[b]]; a shared buffer's
+    capacity (max_length) is usually far larger, and the rows past the valid
+    ones may hold anything (a NaN there would reach P.V as 0 * NaN).
+    """
+    last = tb.item(tb.amax(step.seqlens_B, 0))  # [B] -> [1] -> int
+    return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
+
+
+def grow_rows(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
+    """past followed by ``growth`` zero rows, as a concatenation: backends then fill the new rows only.
+
+    (``constant_pad_nd`` of the whole cache is lowered by IREE to a fill of
+    the whole present buffer before the past is copied in: twice the writes.)
+    """
+    empty_BHkv0Dh = tb.slice(past_BHkvPDh, 2, 0, 0, in_bounds=True)  # [B,Hkv,P,Dh] -> [B,Hkv,0,Dh]
+    zeros_BHkvGDh = tb.pad_dim_end(empty_BHkv0Dh, 2, growth)  # -> [B,Hkv,G,Dh]
+    return tb.cat([past_BHkvPDh, zeros_BHkvGDh], 2)  # -> [B,Hkv,P+G,Dh]

@@ -1,0 +1,153 @@
+"""Where the step's tokens sit: past lengths, absolute positions, rotary rows and the rotation itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....builder import Dim, Tensor, TorchBuilder
+from .inputs import GqaInputs, Step
+from .shapes import _OP
+
+
+def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
+    """past_len[b]: seqlens_k[b] + 1 - query_seqlens[b] for a right-padded chunk;
+    else 0 on a first prompt (S == total_sequence_length), seqlens_k[b] + 1 - S otherwise."""
+    S = tb.size(ins.query, 1)
+    seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, ins.seqlens_k.rank - 1)  # [B,1]|[1,B]|[1,B,1] -> [B]
+    seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
+    # Before any position is computed from it (the rotary rows' check would name only positions):
+    # the upper bound needs the present length, checked with the cache.
+    tb.runtime_check(tb.ge_scalar(seqlens_B, 0), f"{_OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
+    total = ins.total_sequence_length
+    if total.rank == 1 and total.shape[0] is None:  # one element, checked with the inputs
+        # [?] -> [?+1] -> [1]: the pad keeps the read in bounds for an empty feed (whose check fails)
+        total = tb.slice(tb.pad_dim_end(total, 0, 1), 0, 0, 1, in_bounds=True)
+    total = tb.to_dtype(total, "si64")  # si32 [] -> si64 []
+    if ins.query_seqlens is not None:  # total_sequence_length is only an upper bound then
+        first_prompt = None
+        past_len_B = tb.sub(tb.add_scalar(seqlens_B, 1), tb.to_dtype(ins.query_seqlens, "si64"))  # [B]
+    else:
+        first_prompt = tb.eq_scalar(total, S)
+        check_chunk_batch(tb, first_prompt, tb.size(ins.query, 0), S)
+        past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
+    position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
+    return Step(S, seqlens_B, total, first_prompt, past_len_B, position_BS)
+
+
+def check_chunk_batch(tb: TorchBuilder, first_prompt: Tensor, B: Dim, S: Dim) -> None:
+    """S > 1 tokens after a past need batch 1 (onnxruntime's rule without query_seqlens)."""
+    if B == 1 or S == 1:
+        return
+    ok = first_prompt
+    for d in (B, S):
+        if not isinstance(d, int):
+            ok = tb.logical_or(ok, tb.eq_scalar(tb.dim_tensor(d), 1))
+    tb.runtime_check(
+        ok,
+        "GroupQueryAttention: a step of S > 1 tokens after a past needs batch size 1, or query_seqlens "
+        "(onnxruntime rejects it otherwise)",
+    )
+
+
+def rotary_positions(tb: TorchBuilder, ins: GqaInputs, step: Step) -> Tensor:
+    """Rotary angle index per token [B,S].
+
+    Without position_ids: the token's position.  With them: position_ids[b, s],
+    except on a first prompt, where onnxruntime reads only position_ids[0, 0]
+    and uses position_ids[0, 0] + s for every row.
+    """
+    if ins.position_ids is None:
+        return step.position_BS
+    position_ids_BS = flat_position_ids(tb, ins.position_ids, tb.size(ins.query, 0), step.S)
+    if step.first_prompt is None:  # right-padded chunks: every row reads its own ids
+        return position_ids_BS
+    base_11 = first_position(tb, position_ids_BS)  # [B,S] -> [1,1]
+    first_prompt_1S = tb.add(base_11, tb.arange(step.S))  # [1,1] + [S] -> [1,S]
+    return tb.where(step.first_prompt, first_prompt_1S, position_ids_BS)  # -> [B,S]
+
+
+def flat_position_ids(tb: TorchBuilder, position_ids: Tensor, B: Dim, S: Dim) -> Tensor:
+    """position_ids [B,W,...] (W >= S) as [B,S]: onnxruntime reads entry b*S + s of the flattened tensor.
+
+    The common [B,S] is itself; a wider one gives its first B*S entries in
+    row-major order, not the first S columns of each row.
+    """
+    if position_ids.rank == 2 and isinstance(S, int) and position_ids.shape[1] == S:
+        return position_ids
+    flat_N = tb.flatten(position_ids, 0, position_ids.rank - 1)  # [B,W,...] -> [N]
+    index_BS = tb.add(tb.unsqueeze(tb.mul_int_scalar(tb.arange(B), S), 1), tb.arange(S))  # b*S + s: [B,1] + [S] -> [B,S]
+    index_BS = tb.clamp_int(index_BS, 0, tb.dim_sub(tb.size(flat_N, 0), 1))  # < B*S <= N once W >= S is checked
+    return tb.gather_rows(flat_N, index_BS)  # [N] at [B,S] -> [B,S]
+
+
+def first_position(tb: TorchBuilder, position_ids_BS: Tensor) -> Tensor:
+    """position_ids[0:1, 0:1], in bounds even for an empty batch or sequence.
+
+    A dynamic B or S may be 0 at run time: a zero row and column are appended
+    first, so the slice reads the padding then (its value is never used: the
+    result has no element).
+    """
+    first_BS = position_ids_BS
+    for dim in (0, 1):
+        if first_BS.shape[dim] is None:
+            first_BS = tb.pad_dim_end(first_BS, dim, 1)  # [B,S] -> [B+1,S] -> [B+1,S+1]
+    first_1S = tb.slice(first_BS, 0, 0, 1, in_bounds=True)  # -> [1,S]
+    return tb.slice(first_1S, 1, 0, 1, in_bounds=True)  # -> [1,1]
+
+
+@dataclass
+class RotaryTables:
+    """cos/sin rows at each token's position, broadcastable over heads: [B,1,S,R/2]."""
+
+    cos_B1SR2: Tensor
+    sin_B1SR2: Tensor
+    interleaved: bool
+
+    @staticmethod
+    def gather(tb: TorchBuilder, ins: GqaInputs, position_BS: Tensor, interleaved: bool) -> "RotaryTables":
+        def rows(cache_MR2):
+            return tb.unsqueeze(tb.gather_rows(cache_MR2, position_BS), 1)  # [M,R/2] at [B,S] -> [B,S,R/2] -> [B,1,S,R/2]
+
+        return RotaryTables(rows(ins.cos_cache), rows(ins.sin_cache), interleaved)
+
+    def apply(self, tb: TorchBuilder, x_BNSDh: Tensor) -> Tensor:
+        """Rotate the first R dims of [B,N,S,Dh]; dims [R, Dh) pass through (partial rotary).
+
+        Computed in f32 and rounded once to the input dtype, as onnxruntime does
+        for f16 (rounding each product in f16 shifts quantized caches by a step).
+        """
+        dtype = x_BNSDh.dtype
+        x_BNSDh = tb.to_dtype(x_BNSDh, "f32")
+        R2 = self.cos_B1SR2.shape[3]
+        Dh = x_BNSDh.shape[3]
+        c, s = tb.to_dtype(self.cos_B1SR2, "f32"), tb.to_dtype(self.sin_B1SR2, "f32")
+        if self.interleaved:
+            rotated = self._rotate_pairs(tb, x_BNSDh, c, s, R2)
+        else:  # halves (i, i + R/2)
+            x1, x2 = tb.slice(x_BNSDh, 3, 0, R2), tb.slice(x_BNSDh, 3, R2, 2 * R2)
+            y1_BNSR2 = tb.sub(tb.mul(x1, c), tb.mul(x2, s))  # x1*cos - x2*sin
+            y2_BNSR2 = tb.add(tb.mul(x2, c), tb.mul(x1, s))  # x2*cos + x1*sin
+            rotated = tb.cat([y1_BNSR2, y2_BNSR2], 3)  # [B,N,S,R/2] x2 -> [B,N,S,R]
+        if 2 * R2 != Dh:
+            rotated = tb.cat([rotated, tb.slice(x_BNSDh, 3, 2 * R2, Dh)], 3)  # + [B,N,S,Dh-R] -> [B,N,S,Dh]
+        return tb.to_dtype(rotated, dtype)
+
+    @staticmethod
+    def _rotate_pairs(tb: TorchBuilder, x_BNSDh: Tensor, c_B1SR2: Tensor, s_B1SR2: Tensor, R2: int) -> Tensor:
+        """Interleaved pairs (x1, x2) = (2i, 2i+1) -> (x1*cos - x2*sin, x2*cos + x1*sin), as whole pairs.
+
+        No stride-2 slices or concatenation (IREE fails to compile those with
+        dynamic dims in f16): the pairs are a trailing dim of 2, swapped with
+        a flip and signed by [-1, 1]; the same f32 products and sums.
+        """
+        pairs_BNSR22 = tb.unflatten(tb.slice(x_BNSDh, 3, 0, 2 * R2), 3, [R2, 2])  # [B,N,S,R] -> [B,N,S,R/2,2]
+        sign_2 = tb.to_dtype(tb.add_scalar(tb.mul_int_scalar(tb.arange(2), 2), -1), "f32")  # [-1, 1]
+        swapped_BNSR22 = tb.mul(tb.flip(pairs_BNSR22, 4), sign_2)  # (-x2, x1)
+        c, s = tb.unsqueeze(c_B1SR2, 4), tb.unsqueeze(s_B1SR2, 4)  # [B,1,S,R/2] -> [B,1,S,R/2,1]
+        rotated_BNSR22 = tb.add(tb.mul(pairs_BNSR22, c), tb.mul(swapped_BNSR22, s))
+        return tb.flatten(rotated_BNSR22, 3, 4)  # -> [B,N,S,R]
+
+
+def valid_query_rows(tb: TorchBuilder, step: Step) -> Tensor:
+    """i1 [B,S]: the rows s < query_seqlens[b] of a right-padded chunk, i = past_len[b] + s <= seqlens_k[b]."""
+    return tb.le(step.position_BS, tb.unsqueeze(step.seqlens_B, 1))
