@@ -21,7 +21,7 @@ import onnx
 
 from .context import make_context
 from .errors import CompileStageError, GqaTorchMlirError
-from .model_checks import prepare_for_import
+from .preimport import prepare_for_import
 from .options import LoweringOptions
 from .passes import PASS_ARGUMENT, add_pass  # (importing passes registers the lowerings)
 from .repro import repro_command

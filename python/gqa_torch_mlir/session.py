@@ -216,10 +216,10 @@ def _compile_for(
     from .backends.refbackend import RefBackend
 
     module = compile(proto, "linalg-on-tensors", options=options)
-    return RefBackend(threads=threads, runtime_verification=runtime_verification).compile(module), _main_function_name(module)
+    return RefBackend(threads=threads, runtime_verification=runtime_verification).compile(module), main_function_name(module)
 
 
-def _main_function_name(module) -> str:
+def main_function_name(module) -> str:
     """The module's public function (the imported ONNX graph)."""
     from torch_mlir import ir
 

@@ -5,7 +5,7 @@ A decode loop: each iteration runs one GQA step on the loop-carried caches
 its attention output, through Tanh, back as the next query.  torch-mlir's
 Loop conversion gives loop-carried values their initial values' types, so
 declarations that differ (a static initial cache, a body declaring it
-symbolic, a stale declared result) failed its conversion; ``onnx_loops``
+symbolic, a stale declared result) failed its conversion; ``preimport/loops.py``
 gives each carried value one type.  What it cannot convert (scan outputs,
 ranks that disagree) is refused by name.
 """

@@ -1070,7 +1070,7 @@ def test_the_installed_cli_refuses_a_malformed_model(tmp_path):
 
 def test_graph_attributes_of_ops_we_do_not_lower_are_left_to_the_importer():
     """BeamSearch, If and friends take graphs: only ops we lower are checked for a graph attribute."""
-    from gqa_torch_mlir.model_checks import prepare_for_import
+    from gqa_torch_mlir.preimport import prepare_for_import
 
     model = make_model(DECODE)
     body = helper.make_graph([], "decoder", [], [])

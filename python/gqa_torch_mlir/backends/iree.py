@@ -75,7 +75,7 @@ from iree.compiler.api import Output, Session
 from iree.compiler.extras import onnx_importer
 
 from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
-from ..model_checks import prepare_for_import
+from ..preimport import prepare_for_import
 from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, apply_lowerings
 from ..pipeline import ModelLike, load_model
@@ -412,20 +412,20 @@ def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
     (SIGSEGV, a garbage allocation size).  With static shapes, in a ``Loop``
     body, and on the refbackend, it computes as onnxruntime does.
     """
-    from ..model_checks import _node_label
-    from ..onnx_shapes import GQA, _graphs_in_scope, _known_types
+    from ..preimport.graph import node_label
+    from ..preimport.shapes import GQA, graphs_in_scope, known_types
 
-    for graph, outer in _graphs_in_scope(proto.graph, {}):
+    for graph, outer in graphs_in_scope(proto.graph, {}):
         for if_node in (n for n in graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx")):
             for branch in (a.g for a in if_node.attribute if a.HasField("g")):
-                for sub, sub_outer in _graphs_in_scope(branch, {**outer, **_known_types(graph)}):
-                    types = {**sub_outer, **_known_types(sub)}  # shaped types only: no shape counts as dynamic
+                for sub, sub_outer in graphs_in_scope(branch, {**outer, **known_types(graph)}):
+                    types = {**sub_outer, **known_types(sub)}  # shaped types only: no shape counts as dynamic
                     for node in (n for n in sub.node if (n.domain, n.op_type) == GQA):
                         names = [n for n in [*node.input, *node.output] if n]
                         dims = [d for n in names if n in types for d in types[n].tensor_type.shape.dim]
                         if any(n not in types for n in names) or any(not d.HasField("dim_value") for d in dims):
                             raise LoweringError(
-                                f"{_node_label(node)} in a branch of {_node_label(if_node)}: a GroupQueryAttention with "
+                                f"{node_label(node)} in a branch of {node_label(if_node)}: a GroupQueryAttention with "
                                 "dynamic shapes inside an If is refused on iree-cpu (IREE miscompiles the data-dependent "
                                 "cache rows it yields: wrong caches or a crash); declare static shapes, or use the "
                                 "refbackend", [])

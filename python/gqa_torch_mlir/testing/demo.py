@@ -155,7 +155,7 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
     from ..errors import GqaTorchMlirError
     from ..pipeline import compile as compile_model
     from ..pipeline import load_model
-    from ..session import _main_function_name
+    from ..session import main_function_name
     from .decoder import EMBEDDED_DECODER, Decoder
     from .gqa_onnx import OnnxruntimeOracle
 
@@ -174,7 +174,7 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
 
     module = compile_model(proto, "linalg-on-tensors", progress=progress)
     progress("refbackend (LLVM JIT)")
-    compiled, function = RefBackend().compile(module), _main_function_name(module)
+    compiled, function = RefBackend().compile(module), main_function_name(module)
     setup = {"refbackend compile": time.perf_counter() - t0}
     print_fn(f"compiled with convert-onnx-gqa-to-torch through torch-mlir to the refbackend in {setup['refbackend compile']:.2f} s")
     t0 = time.perf_counter()

@@ -10,7 +10,7 @@ left as it is); against a dynamic bound, or held in a resource blob (as the
 importer writes every ONNX constant), at run time like the others.  Constant
 indices into an ``onnx.Shape`` (shape arithmetic, which torch-mlir folds at
 compile time) are left as they are: the Python pipeline checks constant
-indices on the ONNX model before importing it (``model_checks.py``).
+indices on the ONNX model before importing it (``preimport/constant_indices.py``).
 """
 
 from __future__ import annotations

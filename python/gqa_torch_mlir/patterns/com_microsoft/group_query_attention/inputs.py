@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 from ....builder import Dim, Tensor
 
-if TYPE_CHECKING:  # window_cache.py builds on these records
-    from .window_cache import WindowPlan
-
+OP = "GroupQueryAttention"  # how run-time check messages name the op
 NEG_INF = float("-inf")
 
 
@@ -54,4 +52,4 @@ class CacheStep:
     read_key: Tensor  # [B,Hkv,R,Dc]: the present rows (R <= T), or a window cache's staged rows
     read_value: Tensor
     key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
-    window: Optional[WindowPlan] = None  # a window cache's plan
+    window: Optional[Any] = None  # a window cache's WindowPlan (window_cache.py builds on these records)

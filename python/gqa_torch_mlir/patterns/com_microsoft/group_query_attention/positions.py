@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....builder import Dim, Tensor, TorchBuilder
-from .inputs import GqaInputs, Step
-from .shapes import _OP
+from .inputs import OP, GqaInputs, Step
 
 
 def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
@@ -17,7 +16,7 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
     # Before any position is computed from it (the rotary rows' check would name only positions):
     # the upper bound needs the present length, checked with the cache.
-    tb.runtime_check(tb.ge_scalar(seqlens_B, 0), f"{_OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
+    tb.runtime_check(tb.ge_scalar(seqlens_B, 0), f"{OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
     total = ins.total_sequence_length
     if total.rank == 1 and total.shape[0] is None:  # one element, checked with the inputs
         # [?] -> [?+1] -> [1]: the pad keeps the read in bounds for an empty feed (whose check fails)

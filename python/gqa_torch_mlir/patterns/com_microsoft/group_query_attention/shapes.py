@@ -6,23 +6,14 @@ from typing import Optional
 
 from ....builder import Tensor, TorchBuilder
 from ....registry import Refusal
-from .inputs import GqaInputs
+from .inputs import OP, GqaInputs
 from .support import EMPTY_SEQUENCE, GqaAttributes, flat_channel_scale
 
 
 # Where each input holds the batch (B) and sequence (S) dims.
 _BATCH_DIMS = {"query": 0, "key": 0, "value": 0, "past_key": 0, "past_value": 0, "position_ids": 0, "query_seqlens": 0}
-
-
 _SEQ_DIMS = {"query": 1, "key": 1, "value": 1, "attention_bias": 2}  # position_ids: at least S (_check_paired_dims)
-
-
-_OP = "GroupQueryAttention"
-
-
 _PAIRED_DIMS = [("past_value", "past_key", 2), ("sin_cache", "cos_cache", 0)]  # (input, the input it must equal, dim)
-
-
 _NO_BROADCAST = " (a dimension only known at run time is not broadcast; onnxruntime rejects other sizes)"
 
 
@@ -84,7 +75,7 @@ def _seqlens_batch_dim(seqlens: Tensor) -> Optional[int]:
 def _refine(tb: TorchBuilder, ins: GqaInputs, name: str, dims: dict, why: str = "") -> None:
     t = getattr(ins, name)
     if t is not None:
-        setattr(ins, name, tb.refine(t, dims, f"{_OP}: {name}", why))
+        setattr(ins, name, tb.refine(t, dims, f"{OP}: {name}", why))
 
 
 def _unify(tb: TorchBuilder, ins: GqaInputs, what: str, dims: dict) -> None:
@@ -105,7 +96,7 @@ def _unify(tb: TorchBuilder, ins: GqaInputs, what: str, dims: dict) -> None:
     for name, d in dims.items():
         t = getattr(ins, name)
         if t is not None and name != "query":
-            tb.check_dim(t, d, size, f"{_OP}: {name} dimension {d} must equal the {what} size (query dimension {dims['query']}){why}")
+            tb.check_dim(t, d, size, f"{OP}: {name} dimension {d} must equal the {what} size (query dimension {dims['query']}){why}")
 
 
 def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
@@ -115,24 +106,24 @@ def _check_paired_dims(tb: TorchBuilder, ins: GqaInputs) -> None:
     for name, other, d in _PAIRED_DIMS:
         t, ref = getattr(ins, name), getattr(ins, other)
         if t is not None:
-            tb.check_dim(t, d, tb.size(ref, d), f"{_OP}: {name} dimension {d} must equal {other}'s (onnxruntime rejects it otherwise)")
+            tb.check_dim(t, d, tb.size(ref, d), f"{OP}: {name} dimension {d} must equal {other}'s (onnxruntime rejects it otherwise)")
     B = tb.size(ins.query, 0)
     seqlens = ins.seqlens_k
     entries = tb.size(seqlens, 0)
     for d in range(1, seqlens.rank):
         entries = tb.dim_mul(entries, tb.size(seqlens, d))
     if _seqlens_batch_dim(seqlens) is None and not (isinstance(entries, int) and isinstance(B, int)):
-        tb.runtime_assert(tb.dim_eq(entries, B), f"{_OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
+        tb.runtime_assert(tb.dim_eq(entries, B), f"{OP}: seqlens_k must hold one entry per batch row (query dimension 0)")
     if ins.position_ids is not None and not isinstance(tb.size(ins.position_ids, 1), int):
         tb.runtime_assert(
             tb.dim_le(tb.size(ins.query, 1), tb.size(ins.position_ids, 1)),
-            f"{_OP}: position_ids dimension 1 must be at least the sequence length (query dimension 1) (onnxruntime rejects it otherwise)",
+            f"{OP}: position_ids dimension 1 must be at least the sequence length (query dimension 1) (onnxruntime rejects it otherwise)",
         )
     total = ins.total_sequence_length
     if total.rank == 1:
-        tb.check_dim(total, 0, 1, f"{_OP}: total_sequence_length must hold one element")
+        tb.check_dim(total, 0, 1, f"{OP}: total_sequence_length must hold one element")
     S = tb.size(ins.query, 1)
     if not isinstance(S, int):  # a static 0 is refused at compile time
         tb.runtime_assert(
-            tb.dim_lt(0, S), f"{_OP}: the sequence length (query dimension 1) must be at least 1 ({EMPTY_SEQUENCE[ins.query_seqlens is not None]})"
+            tb.dim_lt(0, S), f"{OP}: the sequence length (query dimension 1) must be at least 1 ({EMPTY_SEQUENCE[ins.query_seqlens is not None]})"
         )

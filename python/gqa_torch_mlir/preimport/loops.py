@@ -30,7 +30,8 @@ from typing import Dict, List, Optional, Tuple
 import onnx
 from onnx import TensorProto, helper
 
-from .errors import LoweringError
+from ..errors import LoweringError
+from .graph import all_graphs, all_nodes, node_label
 
 _INT64_MAX = (1 << 63) - 1
 
@@ -38,7 +39,6 @@ _INT64_MAX = (1 << 63) - 1
 def loops_normalized(proto: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str, onnx.TypeProto]]:
     """The model (a copy when it has a Loop) with every Loop in torch-mlir's form, and the
     types its loop-carried values must keep through inference (:func:`carried_types_restored`)."""
-    from .model_checks import all_graphs, all_nodes
 
     if not any(_is_loop(n) for n in all_nodes(proto.graph)):
         return proto, {}
@@ -56,7 +56,6 @@ def loops_normalized(proto: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str,
 def carried_types_restored(proto: onnx.ModelProto, carried: Dict[str, onnx.TypeProto]) -> None:
     """Put back, in place, the loop-carried types that ONNX inference made more specific
     (an ``Identity``'s output takes its input's static dims)."""
-    from .model_checks import all_graphs
 
     for graph in all_graphs(proto.graph):
         for vi in list(graph.value_info) + list(graph.output):
@@ -83,9 +82,8 @@ class _Names:
 
 
 def _fail(node: onnx.NodeProto, what: str) -> None:
-    from .model_checks import _node_label
 
-    message = f"{_node_label(node)}: {what}"
+    message = f"{node_label(node)}: {what}"
     raise LoweringError(message, [message])
 
 

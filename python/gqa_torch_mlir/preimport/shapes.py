@@ -36,10 +36,10 @@ def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     nothing changes (one round per op that depends on another, at most); subgraphs too."""
     model = infer_shapes(model)
     _rank_unshaped_gqa_inputs(model.graph)
-    typed_ops = sum(1 for g, _ in _graphs_in_scope(model.graph, {}) for n in g.node if (n.domain, n.op_type) == GQA or (n.domain, n.op_type) in _OUTPUT_TYPES)
+    typed_ops = sum(1 for g, _ in graphs_in_scope(model.graph, {}) for n in g.node if (n.domain, n.op_type) == GQA or (n.domain, n.op_type) in _OUTPUT_TYPES)
     for _ in range(typed_ops):
         changed = False
-        for graph, outer in _graphs_in_scope(model.graph, {}):
+        for graph, outer in graphs_in_scope(model.graph, {}):
             changed |= _type_gqa_outputs(graph, outer)
             changed |= _type_other_outputs(graph, outer)
         if not changed:
@@ -48,17 +48,17 @@ def infer_shapes_with_contrib_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _graphs_in_scope(graph: onnx.GraphProto, outer: Dict[str, onnx.TypeProto]):
+def graphs_in_scope(graph: onnx.GraphProto, outer: Dict[str, onnx.TypeProto]):
     """(graph, the types its outer scopes give) for the graph and every subgraph in it."""
     yield graph, outer
-    inner = {**outer, **_known_types(graph)}
+    inner = {**outer, **known_types(graph)}
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _graphs_in_scope(sub, inner)
+                yield from graphs_in_scope(sub, inner)
 
 
-def _known_types(graph: onnx.GraphProto) -> Dict[str, onnx.TypeProto]:
+def known_types(graph: onnx.GraphProto) -> Dict[str, onnx.TypeProto]:
     """Types with an element type and a shape (torch-mlir's importer types a value without a shape as rank 0)."""
     types = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -82,7 +82,7 @@ def _type_gqa_outputs(graph: onnx.GraphProto, outer: Optional[Dict[str, onnx.Typ
     An untyped one gets a value_info; a graph output declared without a shape
     gets the shape in place (onnx's inference does this for its own ops).
     """
-    types, added = {**(outer or {}), **_known_types(graph)}, False
+    types, added = {**(outer or {}), **known_types(graph)}, False
     outputs = {vi.name: vi for vi in graph.output}
     for node in graph.node:
         if (node.domain, node.op_type) != GQA:
@@ -210,7 +210,7 @@ def _type_other_outputs(graph: onnx.GraphProto, outer: Optional[Dict[str, onnx.T
     infers them.  Like GroupQueryAttention's, an untyped output gets a
     value_info and a declaration without a shape gets the shape in place.
     """
-    types, added = {**(outer or {}), **_known_types(graph)}, False
+    types, added = {**(outer or {}), **known_types(graph)}, False
     declared = {vi.name: vi for vi in list(graph.output) + list(graph.value_info)}
     for node in graph.node:
         rule = _OUTPUT_TYPES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))

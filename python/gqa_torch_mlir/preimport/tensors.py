@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from .errors import LoweringError
+from ..errors import LoweringError
 
 FOUR_BIT_TYPES = {getattr(TensorProto, t) for t in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(TensorProto, t)}
 _TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data")
