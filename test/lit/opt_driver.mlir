@@ -8,6 +8,7 @@
 // RUN: not gqa-torch-mlir-opt --pass-pipeline='builtin.module(canonicalize' %s 2>&1 | FileCheck %s --check-prefix=SYNTAX
 // RUN: not gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %S/Inputs/not_mlir.txt 2>&1 | FileCheck %s --check-prefix=PARSE
 // RUN: not gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=fast %s 2>&1 | FileCheck %s --check-prefix=OPTION
+// RUN: not gqa-torch-mlir-opt --verify-diagnostics --convert-onnx-gqa-to-torch %S/Inputs/verify_mismatch.mlir 2>&1 | FileCheck %s --check-prefix=VERIFY
 
 // STDIN-LABEL: func.func @decode
 // STDIN:         torch.aten.matmul
@@ -22,3 +23,7 @@ func.func @decode(%q: !torch.vtensor<[1,1,64],f32>, %k: !torch.vtensor<[1,1,32],
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
   return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,64],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
 }
+
+// --verify-diagnostics reports an expected error that was not produced, and an error no comment expects.
+// VERIFY: verify_mismatch.mlir:4: error: expected error "attribute 'num_heads': is something else" was not produced
+// VERIFY: verify_mismatch.mlir:5:10: error: unexpected error: com.microsoft.GroupQueryAttention: attribute 'num_heads': is required but absent

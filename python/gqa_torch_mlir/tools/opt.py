@@ -2,13 +2,15 @@
 
 Usage mirrors torch-mlir-opt::
 
-    gqa-torch-mlir-opt [input.mlir|-] [-o out.mlir] [--split-input-file]
+    gqa-torch-mlir-opt [input.mlir|-] [-o out.mlir] [--split-input-file] [--verify-diagnostics]
                        [--<pass>[=<options>] ...] | [--pass-pipeline='builtin.module(...)']
 
 Pass flags run in the order given, nested on func.func automatically when the
 pass is anchored there (as mlir-opt does).  ``convert-onnx-gqa-to-torch`` may
 appear as a flag or inside a ``--pass-pipeline`` string.  Errors go to stderr
 as ``file:line:col: error: ...`` with a non-zero exit; never a traceback.
+``--verify-diagnostics`` checks the diagnostics against the input's
+``expected-error {{...}}`` comments instead (verify.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..passes import PASS_ARGUMENT, add_pass
 from .diagnostics import format_mlir_error
 from .pipeline_text import OURS, PipelineSyntaxError, flatten_pipeline
 from .textio import read_text, write_text
+from .verify import emitted, verify
 
 SPLIT_MARKER = "// -----"
 _ANCHOR_RE = re.compile(r"restricted to '([\w.]+)'")
@@ -47,6 +50,7 @@ class Options:
     disable_threading: bool = False
     allow_unregistered: bool = False
     print_local_scope: bool = False
+    verify_diagnostics: bool = False
 
 
 _FLAGS = {
@@ -56,6 +60,7 @@ _FLAGS = {
     "mlir-disable-threading": "disable_threading",
     "allow-unregistered-dialect": "allow_unregistered",
     "mlir-print-local-scope": "print_local_scope",
+    "verify-diagnostics": "verify_diagnostics",
 }
 
 
@@ -154,7 +159,11 @@ def split_chunks(text: str, split: bool) -> List[str]:
 
 
 def process_chunk(asm: str, opts: Options, filename: str):
-    """Parse, run the pipeline; return (printed module or None, error text or None)."""
+    """Parse, run the pipeline; return (printed module or None, error text or None).
+
+    With ``--verify-diagnostics`` the error text is the verifier's report of
+    mismatches (None when the diagnostics are the expected ones).
+    """
     from torch_mlir import ir
 
     from ..context import make_context
@@ -163,16 +172,28 @@ def process_chunk(asm: str, opts: Options, filename: str):
     context.allow_unregistered_dialects = opts.allow_unregistered
     if opts.disable_threading:
         context.enable_multithreading(False)
+    seen = []
     with context:
+        handler = context.attach_diagnostic_handler(lambda d: seen.extend(emitted(d)) or True) if opts.verify_diagnostics else None
         try:
             module = ir.Module.parse(asm, context)
             build_pass_manager(opts, context).run(module.operation)
+            printed = module.operation.get_asm(
+                enable_debug_info=opts.print_debuginfo, use_local_scope=opts.print_local_scope
+            )
         except ir.MLIRError as e:
-            return None, format_mlir_error(e, filename)
-        printed = module.operation.get_asm(
-            enable_debug_info=opts.print_debuginfo, use_local_scope=opts.print_local_scope
-        )
-        return printed, None
+            if not opts.verify_diagnostics:
+                return None, format_mlir_error(e, filename)
+            printed = None
+            for d in getattr(e, "error_diagnostics", []) or []:
+                seen.extend(emitted(d))
+        finally:
+            if handler is not None:
+                handler.detach()
+    if opts.verify_diagnostics:
+        problems = verify(asm, seen, filename)
+        return printed, "\n".join(problems) or None
+    return printed, None
 
 
 def run(argv: List[str]) -> int:
@@ -184,7 +205,7 @@ def run(argv: List[str]) -> int:
         if error:
             print(error, file=sys.stderr)
             failed = True
-        else:
+        if printed is not None and not error:
             outputs.append(printed)
     text = f"\n{SPLIT_MARKER}\n".join(outputs)
     write_text(opts.output or "-", text)
