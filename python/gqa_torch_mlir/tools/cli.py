@@ -71,13 +71,13 @@ def cmd_compile(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from ..testing.demo import run_demo
+    from .demo import run_demo
 
     return 0 if run_demo(args, print_fn=print) else 1
 
 
 def cmd_generate(args) -> int:
-    from ..testing.demo import run_generate
+    from .demo import run_generate
 
     return 0 if run_generate(args, print_fn=print) else 1
 

@@ -1,6 +1,10 @@
-"""The main job's embedded default: one GQA layer compiled with the plugin, run
-step by step (prefill, then decode with the cache fed back) on the refbackend
-next to onnxruntime, printing how far the two are apart at every step."""
+"""The ``demo`` and ``generate`` commands of ``gqa-torch-mlir``, each next to onnxruntime.
+
+``generate`` (the quick start's main job) compiles a model-builder decoder and
+decodes greedily, comparing tokens and logits; ``demo`` runs one GQA layer
+built in code step by step (prefill, then decode with the cache fed back).
+Both print set-up times apart from run calls timed alike in one process.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Callable, Dict, List
 import numpy as np
 
 from ..session import InferenceSession
-from .gqa_onnx import GQAConfig, compare, make_model, rotary_caches
+from ..testing.gqa_onnx import GQAConfig, compare, make_model, rotary_caches
 
 
 def demo_config(args) -> GQAConfig:
@@ -67,7 +71,7 @@ class CallTimes:
 def timing_lines(ours_name: str, setup: Dict[str, float], ours: CallTimes, theirs: CallTimes, what: str = "token") -> List[str]:
     """Like-for-like figures: set-up apart (compile; onnxruntime session creation), then the
     prompt call and the median decode call, each a run call alone on the same feeds."""
-    from .gqa_onnx import ORACLE_SETTINGS
+    from ..testing.gqa_onnx import ORACLE_SETTINGS
 
     ms = lambda seconds: f"{1e3 * seconds:.2f} ms"  # noqa: E731
     lines = ["set-up: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in setup.items())]
@@ -86,7 +90,7 @@ def run_demo(args, print_fn: Callable[[str], None] = print) -> bool:
         from ..errors import GqaTorchMlirError
 
         raise GqaTorchMlirError("the demo compares with onnxruntime: pip install 'gqa-torch-mlir[test]'") from None
-    from .gqa_onnx import OnnxruntimeOracle
+    from ..testing.gqa_onnx import OnnxruntimeOracle
 
     cfg = demo_config(args)
     model = make_model(cfg)
@@ -156,8 +160,8 @@ def run_generate(args, print_fn: Callable[[str], None] = print) -> bool:
     from ..pipeline import compile as compile_model
     from ..pipeline import load_model
     from ..session import main_function_name
-    from .decoder import EMBEDDED_DECODER, Decoder
-    from .gqa_onnx import OnnxruntimeOracle
+    from ..testing.decoder import EMBEDDED_DECODER, Decoder
+    from ..testing.gqa_onnx import OnnxruntimeOracle
 
     directory = args.model or EMBEDDED_DECODER
     decoder = Decoder(directory)
