@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import os
 import random
 import zlib
 
@@ -37,6 +36,7 @@ from gqa_torch_mlir.testing.gqa_onnx import (
     make_model,
     run_onnxruntime,
 )
+from gqa_torch_mlir.testing.tiers import full_matrix
 
 # ---------------------------------------------------------------------------
 # shared helpers
@@ -163,8 +163,8 @@ def pairwise_subset(cfgs: list) -> list:
 
 
 FULL_MATRIX = matrix_configs()
-# CI runs the all-pairs subset; GQA_FULL_MATRIX=1 runs every case of the product.
-MATRIX = FULL_MATRIX if os.environ.get("GQA_FULL_MATRIX") == "1" else pairwise_subset(FULL_MATRIX)
+# The fast tier runs the all-pairs subset; the extended tier (testing/tiers.py) every case of the product.
+MATRIX = FULL_MATRIX if full_matrix() else pairwise_subset(FULL_MATRIX)
 
 
 def test_matrix_is_complete():

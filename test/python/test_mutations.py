@@ -18,7 +18,6 @@ CI runs GQA_MUTATION_EXAMPLES (default 10) of each; more on demand:
 from __future__ import annotations
 
 import math
-import os
 import random
 
 import numpy as np
@@ -32,8 +31,9 @@ from gqa_torch_mlir.errors import CompileStageError, GqaTorchMlirError, Lowering
 from gqa_torch_mlir.passes import PASS_ARGUMENT
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig as C
 from gqa_torch_mlir.testing.gqa_onnx import compare, make_inputs, make_model, run_onnxruntime, window_resident
+from gqa_torch_mlir.testing.tiers import count
 
-EXAMPLES = int(os.environ.get("GQA_MUTATION_EXAMPLES", "10"))
+EXAMPLES = count("GQA_MUTATION_EXAMPLES", fast=10, extended=60)
 
 BASES = [
     C(batch=2, seq=1, past=6, past_lens=(6, 3), rotary=True),

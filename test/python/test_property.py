@@ -40,8 +40,9 @@ from hypothesis import strategies as st
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+from gqa_torch_mlir.testing.tiers import count
 
-EXAMPLES = int(os.environ.get("GQA_PROPERTY_EXAMPLES", "10"))
+EXAMPLES = count("GQA_PROPERTY_EXAMPLES", fast=10, extended=200)
 SEED = os.environ.get("GQA_PROPERTY_SEED")
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target) + ((Phase.shrink,) if os.environ.get("GQA_PROPERTY_SHRINK") == "1" else ())
 

@@ -22,7 +22,6 @@ from gqa_torch_mlir.errors import GqaTorchMlirError
 
 V = helper.make_tensor_value_info
 U8, F32 = TensorProto.UINT8, TensorProto.FLOAT
-BACKENDS = ("refbackend", "iree-cpu")
 #: Element types onnxruntime's CPU provider casts to float (4-bit ones are refused: below).
 NUMERIC = ("FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "UINT16", "INT32", "UINT32",
            "INT64", "UINT64", "BOOL", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
@@ -119,7 +118,6 @@ UINT8_OUTPUTS = {
 }
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", sorted(UINT8_OUTPUTS))
 def test_uint8_constants_as_graph_outputs(case: str, backend: str):
     nodes, outputs = UINT8_OUTPUTS[case]
