@@ -24,7 +24,7 @@ import itertools
 import numpy as np
 import pytest
 
-import gqa_torch_mlir
+from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
@@ -83,25 +83,25 @@ def test_omitted_presents_compute_the_same_output(mode: str, with_qk: bool, back
 
 
 @pytest.mark.parametrize("mode", sorted(PRESENTS_REQUIRED))
-def test_cache_modes_that_need_both_presents_are_refused(mode: str):
+def test_cache_modes_that_need_both_presents_are_refused(mode: str, backend: str):
     cfg, attribute = PRESENTS_REQUIRED[mode]
     model = subset_model(cfg, ("output",))
     feeds = make_inputs(cfg, seed=22)
     with pytest.raises(Exception, match="must be provided|requires the present_key and present_value"):
         run_onnxruntime(model, feeds)
     with pytest.raises(GqaTorchMlirError, match=f"attribute '{attribute}': .* needs outputs 1 'present_key' and 2 'present_value'"):
-        gqa_torch_mlir.compile(model, "torch")
+        InferenceSession(model, backend=backend)
 
 
 @pytest.mark.parametrize("kept", [("output", "present_key"), ("output", "present_value"), ("output", "present_value", "output_qk")])
 @pytest.mark.parametrize("mode", ["growing_decode_ragged", "fixed_capacity_decode"])
-def test_one_present_without_the_other_is_refused(mode: str, kept: tuple):
+def test_one_present_without_the_other_is_refused(mode: str, kept: tuple, backend: str):
     cfg = COMPUTED_MODES[mode]
     model = subset_model(cfg, kept, qk_output=1)
     with pytest.raises(Exception, match="present_key and present_value must both be provided"):
         run_onnxruntime(model, make_inputs(cfg, seed=23))
     with pytest.raises(GqaTorchMlirError, match="onnxruntime requires both present outputs or neither"):
-        gqa_torch_mlir.compile(model, "torch")
+        InferenceSession(model, backend=backend)
 
 
 def test_every_subset_is_covered():
