@@ -17,7 +17,7 @@ never fold to a constant and are left alone.
 
 from __future__ import annotations
 
-from .builder import Tensor, TorchBuilder, TypeCache
+from .builder import TorchBuilder, TypeCache, parse_vtensor_type
 
 
 def guard_constant_uint8_results(root, ir) -> int:
@@ -37,9 +37,10 @@ def _guard_function(func, ir, types: TypeCache) -> int:
     constant = _ConstantValues(ir)
     guarded = 0
     for i, value in enumerate(list(ret.operands)):
-        if str(value.type).endswith(",ui8>") and constant(value):
+        parsed = parse_vtensor_type(str(value.type))  # None: not a ranked vtensor
+        if parsed is not None and parsed[1] == "ui8" and constant(value):
             tb = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location)
-            once = tb.tensor_op("torch.aten.bitwise_not", [value], Tensor.of(value).shape, "ui8")
+            once = tb.tensor_op("torch.aten.bitwise_not", [value], parsed[0], "ui8")
             ret.operands[i] = tb.tensor_op("torch.aten.bitwise_not", [once.value], once.shape, "ui8").value
             guarded += 1
     return guarded

@@ -126,3 +126,21 @@ def test_uint8_constants_as_graph_outputs(case: str, backend: str):
     x = (np.arange(24, dtype=np.uint8) * 13).reshape(4, 6)  # wraps around in Add and Sub
     got, want = run_both(model, {"x": x}, backend)
     assert_identical(got, want)
+
+
+@pytest.mark.parametrize("type_name", ["FLOAT16", "BFLOAT16", "FLOAT"])
+def test_empty_tensor_in_a_typed_field(type_name: str):
+    """An empty tensor stored with no data at all (typed fields empty) imports and runs."""
+    tensor = helper.make_tensor("c", getattr(TensorProto, type_name), [0, 3], [], raw=False)
+    model = model_of([helper.make_node("Cast", ["c"], ["y"], to=F32), helper.make_node("Concat", ["y", "x"], ["z"], axis=0)],
+                     [V("x", F32, [2, 3])], [V("z", F32, [2, 3])], [tensor])
+    got, want = run_both(model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    assert_identical(got, want)
+
+
+def test_constant_whose_data_does_not_fit_is_refused_by_name():
+    """A Constant's typed data of the wrong size: onnxruntime rejects the model, and so does the pipeline, naming it."""
+    tensor = helper.make_tensor("v", TensorProto.FLOAT16, [2, 3], np.zeros(6, np.float16), raw=False)
+    del tensor.int32_data[4:]
+    with pytest.raises(GqaTorchMlirError, match=r"attribute 'value' of node 'Constant': its data does not fit dims \[2, 3\]"):
+        gqa_torch_mlir.compile(cast_model(tensor, as_constant=True), "torch")

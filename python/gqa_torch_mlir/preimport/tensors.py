@@ -55,9 +55,9 @@ def check_element_types(graphs: Iterable[onnx.GraphProto]) -> None:
 
 
 def needs_raw_data(tensor: TensorProto) -> bool:
-    """Whether ``tensor`` keeps its data in a typed field (not raw, not external, not strings)."""
+    """Whether ``tensor`` keeps its data in a typed field, or none (an empty tensor): not raw, not external, not strings."""
     return (not tensor.HasField("raw_data") and tensor.data_location != TensorProto.EXTERNAL
-            and tensor.data_type != TensorProto.STRING and any(len(getattr(tensor, f)) for f in _TYPED_FIELDS))
+            and tensor.data_type != TensorProto.STRING)
 
 
 def to_raw_data(tensor: TensorProto) -> None:
@@ -72,8 +72,12 @@ def storage_normalized(graphs: Iterable[onnx.GraphProto]) -> int:
     """Every tensor kept in a typed field rewritten to ``raw_data``, in place; returns how many."""
     changed = 0
     for graph in graphs:
-        for tensor, _ in tensors_of(graph):
+        for tensor, what in tensors_of(graph):
             if needs_raw_data(tensor):
-                to_raw_data(tensor)
+                try:
+                    to_raw_data(tensor)
+                except Exception as e:  # data that does not fit its dims
+                    message = f"{what}: its data does not fit dims {list(tensor.dims)} ({e}; onnxruntime rejects the model)"
+                    raise LoweringError(message, [message]) from None
                 changed += 1
     return changed
