@@ -25,6 +25,7 @@ difference in about one row in ten (docs/limits.md).
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
 
 from ...binder import OpBinder
@@ -132,15 +133,20 @@ def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, di
     the inverse std to f32 (stash_type 1, the type ONNX declares for it),
     shaped [N..., 1...].  ``lanes``: sum the squares in that many lanes and
     multiply by 1/std (onnxruntime's SimplifiedLayerNormalization, f32
-    compute and a static last dim normalized alone); 0: in element order and
+    compute and static normalized dims, read as one row); 0: in element order and
     divide by std (its SkipSimplifiedLayerNormalization).
     """
     ct = compute_dtype(out_dtype)
     x = tb.to_dtype(x, ct)
-    D = x.shape[-1]
-    in_lanes = lanes and ct == "f32" and list(dims) == [x.rank - 1] and D is not None
+    first = min(dims)
+    row_dims = x.shape[first:]  # the normalized dims, axis to the last
+    in_lanes = lanes and ct == "f32" and None not in row_dims
     if in_lanes:
-        mean_square_N1 = tb.div_scalar(lane_sum_of_squares(tb, x, lanes), float(D))  # [N...,D] -> [N...,1]
+        D = math.prod(row_dims)
+        x_row = x if len(row_dims) == 1 else tb.flatten(x, first, x.rank - 1)  # [N...,D...] -> [N...,D]
+        mean_square_N1 = tb.div_scalar(lane_sum_of_squares(tb, x_row, lanes), float(D))  # -> [N...,1]
+        for _ in row_dims[1:]:
+            mean_square_N1 = tb.unsqueeze(mean_square_N1, mean_square_N1.rank)  # -> [N...,1,1...]
     else:
         mean_square_N1 = tb.mean_dims(tb.mul(x, x), dims)  # [N..., D...] -> [N..., 1...]
     std_N1 = tb.sqrt(tb.add_float(mean_square_N1, epsilon))
