@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import gqa_torch_mlir
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.testing.gqa_onnx import run_onnxruntime
 
 V = helper.make_tensor_value_info
 U8, F32 = TensorProto.UINT8, TensorProto.FLOAT
@@ -34,9 +35,8 @@ def model_of(nodes, inputs, outputs, initializers=(), opset=21) -> onnx.ModelPro
 
 
 def run_both(model: onnx.ModelProto, feeds: dict, backend: str = "refbackend"):
-    import onnxruntime as ort
-
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    """(ours, onnxruntime's) outputs in graph-output order; onnxruntime run as the suite's oracle."""
+    want = list(run_onnxruntime(model, feeds).values())
     got = InferenceSession(model, backend=backend).run(None, feeds)
     return got, want
 
