@@ -156,7 +156,10 @@ class OpBinder:
 
     def attr_float(self, name: str, default=_MISSING) -> float:
         """As an ONNX float attribute holds it: rounded to f32 (hand-written IR may carry an f64,
-        whose 1e300 would pass a finiteness check and then be inf in the f32 code)."""
+        whose 1e300 would pass a finiteness check and then be inf in the f32 code).  So is a float
+        default: onnxruntime's 1e-5 is the f32 nearest, which f64 arithmetic tells apart."""
+        if isinstance(default, float):
+            default = _as_f32(default)
         return self._attr(name, default, lambda raw: _as_f32(float(self.ir.FloatAttr(raw).value)), "a float")
 
     def attr_str(self, name: str, default=_MISSING) -> str:

@@ -88,6 +88,8 @@ COMPILE_FLAGS: Tuple[str, ...] = (
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-llvmcpu-target-cpu=host",
+    # IREE narrows f64 to f32 by default: a float64 model's buffers would then be read at half their size.
+    "--iree-input-demote-f64-to-f32=false",
 )
 """iree-compile flags of the backend (the same on the repro command line)."""
 
