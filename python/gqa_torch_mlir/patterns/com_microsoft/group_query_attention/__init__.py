@@ -54,7 +54,7 @@ from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
 from .kv_cache import kv_cache_step
 from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
-from .positions import RotaryTables, step_positions
+from .positions import rotary_tables, step_positions
 from .quantized_cache import CacheCodec
 from .shapes import unify_dims
 from .support import OUTPUTS, read_attributes, validate_inputs
@@ -84,7 +84,7 @@ def rotate(tb, attrs, ins, step, query_BHSDh, key_BHkvSDh):
     positions_BS = checked_rotary_positions(tb, ins, step)
     if ins.cos_cache.shape[1] == 0:  # a width of 0 rotates nothing
         return query_BHSDh, key_BHkvSDh
-    rotary = RotaryTables.gather(tb, ins, positions_BS, attrs.rotary_interleaved)
+    rotary = rotary_tables(tb, ins, positions_BS, attrs.rotary_interleaved)
     return rotary.apply(tb, query_BHSDh), rotary.apply(tb, key_BHkvSDh)
 
 

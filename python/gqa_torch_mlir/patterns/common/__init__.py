@@ -1,0 +1,1 @@
+"""Pieces that lowerings of several domains share (not lowerings themselves)."""
