@@ -5,6 +5,8 @@ attribute through the :mod:`registry`.  It is applied with the walk-based
 driver (ops that Python patterns create are not revisited, llvm-project
 #163694, and need not be).  An op whose lowering refuses is left in place and
 reported as an error at its location with the reason; the pass then fails.
+An op name two domains define (RotaryEmbedding, Attention) is first told
+apart by its operands and the model's opset imports (dispatch.py).
 It must run before torch-mlir's ``convert-torch-onnx-to-torch``, whose own
 C++ GroupQueryAttention lowering must never see the op.  Last, a uint8
 constant that a function returns is routed through two bitwise NOTs
@@ -24,6 +26,7 @@ from typing import List, Optional
 from . import patterns as _patterns  # noqa: F401  (registers the lowerings)
 from .binder import OpBinder
 from .builder import TorchBuilder, TypeCache
+from .dispatch import domain_of
 from .errors import LoweringError
 from .function_outputs import guard_constant_uint8_results
 from .options import LoweringOptions
@@ -93,11 +96,17 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
             if registry.candidates(name):
                 refused.append(RefusedOp(op.location, f"{name}: the function's torch.onnx_meta.opset_version(s) must hold integers ({e})"))
             return True
-        lowering = registry.lookup(name, opset_of)
+        try:
+            domain = domain_of(name, OpBinder(op, ir, options), opset_of)
+        except Refusal as r:
+            refused.append(RefusedOp(op.location, r.message(name.split(".", 1)[1])))
+            return True
+        lowering = registry.lookup(name, opset_of, domain)
         if lowering is None:
             # A registered op outside every lowering's versions is refused, never
             # left to torch-mlir's own conversion (its GQA lowering must not see it).
-            candidates = registry.candidates(name)
+            # A shared name whose node is of a domain with no lowering here is left to it.
+            candidates = registry.candidates(name, domain)
             if candidates:
                 first = min(candidates, key=lambda e: e.since)
                 version = opset_of(first.domain)

@@ -89,16 +89,18 @@ class Registry:
     def names(self) -> List[str]:
         return sorted(self._by_name)
 
-    def candidates(self, name: str) -> List[Lowering]:
-        return self._by_name.get(name, [])
+    def candidates(self, name: str, domain: Optional[str] = None) -> List[Lowering]:
+        """The lowerings registered for ``name`` (in ``domain`` only, when given)."""
+        return [e for e in self._by_name.get(name, []) if domain is None or e.domain == domain]
 
-    def lookup(self, name: str, opset_of: Callable[[str], Optional[int]]) -> Optional[Lowering]:
+    def lookup(self, name: str, opset_of: Callable[[str], Optional[int]], domain: Optional[str] = None) -> Optional[Lowering]:
         """The lowering for ``name`` given ``opset_of(domain)``; None if none applies.
 
         ``opset_of`` returns the model's opset for a domain, or None when the
-        model does not say (then the newest lowering is used).
+        model does not say (then the newest lowering is used).  ``domain``:
+        the node's, when two domains define the name (dispatch.py).
         """
-        for entry in self.candidates(name):
+        for entry in self.candidates(name, domain):
             version = opset_of(entry.domain)
             if version is None or entry.since <= version:
                 return entry

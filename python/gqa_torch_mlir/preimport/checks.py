@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+from ..dispatch import SHARED_NAMES
 from ..errors import GqaTorchMlirError
 from ..registry import REGISTRY
 from .graph import all_nodes, fail, node_label
@@ -63,6 +64,8 @@ def check_contrib_domains(proto: onnx.ModelProto) -> None:
     for node in all_nodes(proto.graph):
         domain = "" if node.domain == "ai.onnx" else node.domain
         domains = {e.domain for e in REGISTRY.candidates("onnx." + node.op_type)}
+        if domains and "onnx." + node.op_type in SHARED_NAMES:  # two domains define it: both are fine (dispatch.py)
+            domains |= set(SHARED_NAMES["onnx." + node.op_type].since)
         near = by_lower.get(("onnx." + node.op_type).lower())
         if not domains and near:  # op types are case-sensitive: onnxruntime knows no such op
             fail(f"{node_label(node)}: no op {node.op_type} in domain '{domain or 'ai.onnx'}' (onnxruntime rejects the "

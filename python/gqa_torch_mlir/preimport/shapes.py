@@ -193,7 +193,27 @@ def _reshape(node, attrs, x):  # data to a shape of L values -> rank L
     return [(data[0], [None] * shape[1][0])]
 
 
+def _attention(node, attrs, x):  # Y, present_key, present_value, qk_matmul_output (ONNX leaves presents without a past untyped)
+    q, k, v, past = x(0), x(1), x(2), x(4)
+    if q is None or k is None or v is None or len(q[1]) not in (3, 4) or len(k[1]) != len(q[1]) or len(v[1]) != len(q[1]):
+        return None
+    _sum = lambda a, b: a + b if isinstance(a, int) and isinstance(b, int) else None
+    if len(q[1]) == 4:
+        (B, H, S, _), (_, Hkv, L, Dh), Dv = q[1], k[1], v[1][3]
+        y = q[1][:3] + [Dv]
+    else:
+        H, Hkv = attrs.get("q_num_heads"), attrs.get("kv_num_heads")
+        if not H or not Hkv or not all(isinstance(t[1][2], int) for t in (k, v)):
+            return None
+        (B, S, _), L, Dh, Dv = q[1], k[1][1], k[1][2] // Hkv, v[1][2] // Hkv
+        y = [B, S, H * Dv]
+    T = _sum(past[1][2], L) if past is not None and len(past[1]) == 4 else L
+    return [(q[0], y), (k[0], [B, Hkv, T, Dh]), (v[0], [B, Hkv, T, Dv]), (q[0], [B, H, S, T])]
+
+
 _OUTPUT_TYPES = {
+    ("", "Attention"): _attention,
+    ("com.microsoft", "RotaryEmbedding"): lambda node, attrs, x: None if x(0) is None else [x(0)],  # left to torch-mlir
     ("com.microsoft", "MatMulNBits"): _matmul_nbits,
     ("com.microsoft", "SkipSimplifiedLayerNormalization"): _skip_simplified_layer_norm,
     ("", "SimplifiedLayerNormalization"): _simplified_layer_norm,
