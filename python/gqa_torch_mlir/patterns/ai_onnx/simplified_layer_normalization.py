@@ -12,6 +12,9 @@ f16 and f32 inputs are computed in f32 and f64 in f64 (onnxruntime's kernel
 widens f16 to float; ``stash_type`` 1 is that float statistic).  The helper
 :func:`rms_normalize` is shared with SkipSimplifiedLayerNormalization.
 
+A scale with fewer elements than a row (broadcast) takes the kernel's
+other path: everything in double, rounded once.
+
 Rounding, as onnxruntime 1.32's x86 CPU kernels round (bit for bit on an AVX2
 host, measured): this op sums the squares in 8 lanes (element i into lane
 i mod 8, the last D mod 8 elements added one by one after the lanes are
@@ -62,7 +65,9 @@ def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
             "attribute 'stash_type'",
         )
     epsilon = b.attr_float("epsilon", 1e-5)
-    y_ND, inv_std_N1 = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype, lanes=LANES)
+    broadcast = scale_is_broadcast(scale_D, x_ND, axis)
+    y_ND, inv_std_N1 = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype, lanes=0 if broadcast else LANES,
+                                     in_double=broadcast)
     results = [y_ND, inv_std_N1][: b.num_results]
     return [b.declared_result(tb, i, t) for i, t in enumerate(results)]
 
@@ -124,8 +129,17 @@ def compute_dtype(dtype: str) -> str:
 LANES = 8
 
 
+def scale_is_broadcast(scale: Tensor, x: Tensor, axis: int) -> bool:
+    """Whether scale holds fewer elements than a normalized row (static sizes; dynamic ones count as a row).
+
+    onnxruntime's kernel then takes another path: the row computed in double, rounded once.
+    """
+    row = x.shape[axis:]
+    return None not in row and None not in scale.shape and math.prod(scale.shape) != math.prod(row)
+
+
 def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, dims: Sequence[int], out_dtype: str,
-                  lanes: int = 0) -> Tuple[Tensor, Tensor]:
+                  lanes: int = 0, in_double: bool = False) -> Tuple[Tensor, Tensor]:
     """``(x * scale / sqrt(mean(x^2) + epsilon), 1 / sqrt(mean(x^2) + epsilon))`` over ``dims``.
 
     Computed in :func:`compute_dtype` of ``out_dtype`` (``x`` may already be
@@ -134,9 +148,10 @@ def rms_normalize(tb: TorchBuilder, x: Tensor, scale: Tensor, epsilon: float, di
     shaped [N..., 1...].  ``lanes``: sum the squares in that many lanes and
     multiply by 1/std (onnxruntime's SimplifiedLayerNormalization, f32
     compute and static normalized dims, read as one row); 0: in element order and
-    divide by std (its SkipSimplifiedLayerNormalization).
+    divide by std (its SkipSimplifiedLayerNormalization).  ``in_double``: all of it
+    in f64, rounded once (its path for a broadcast scale, :func:`scale_is_broadcast`).
     """
-    ct = compute_dtype(out_dtype)
+    ct = "f64" if in_double else compute_dtype(out_dtype)
     x = tb.to_dtype(x, ct)
     first = min(dims)
     row_dims = x.shape[first:]  # the normalized dims, axis to the last
