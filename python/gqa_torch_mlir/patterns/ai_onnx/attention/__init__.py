@@ -1,0 +1,72 @@
+"""Lowering of the standard ``Attention`` (opsets 23 and 24), as onnxruntime's CPU kernel computes it.
+
+The contrib ``com.microsoft.Attention`` arrives under the same name;
+dispatch.py tells them apart (input 1 is a rank-3/4 key here).  Modules, in
+the order the driver runs them:
+
+  support.py   attributes: each value lowered or refused by name
+  inputs.py    inputs checked, 3-D split into heads: [B,S,N*D] -> [B,N,S,D]
+  (here)       the cache: present = past ++ new rows on the sequence dim
+  masks.py     attn_mask, is_causal and nonpad_kv_seqlen as one bias
+  compute.py   scores, softcap, bias, softmax, P.V on grouped queries (or SDPA)
+
+Dimension letters: B batch, H query heads, Hkv KV heads, S query tokens,
+L new KV tokens, P past tokens, T = P + L, Dh / Dv the Q-K / V head sizes.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from ....binder import OpBinder
+from ....builder import Tensor, TorchBuilder
+from ....registry import onnx_op
+from .compute import grouped_attention, sdpa_attention
+from .inputs import AttentionInputs, read_inputs
+from .masks import key_mask
+from .support import OUTPUTS, read_attributes
+
+
+@onnx_op("Attention", domain="", since=23)
+def lower_attention_23(b: OpBinder, tb: TorchBuilder) -> List:
+    return lower_attention(b, tb, opset=23)
+
+
+@onnx_op("Attention", domain="", since=24)
+def lower_attention_24(b: OpBinder, tb: TorchBuilder) -> List:
+    return lower_attention(b, tb, opset=24)
+
+
+def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
+    q = b.tensor(0, "Q", required=True)
+    attrs = read_attributes(b, opset, q.dtype)  # support.py
+    ins = read_inputs(b, tb, attrs)  # inputs.py: heads first, shapes checked
+    key_BHkvTDh, value_BHkvTDv = with_past(tb, ins)  # present = past ++ new: [B,Hkv,P,D] ++ [B,Hkv,L,D] -> [B,Hkv,T,D]
+    P = tb.size(ins.past_key_BHkvPDh, 2) if ins.past_key_BHkvPDh is not None else 0
+    mask = key_mask(tb, attrs, ins, tb.size(key_BHkvTDh, 2), P)  # masks.py
+    if uses_sdpa(b, attrs, ins):
+        y_BHSDv, qk_BHST = sdpa_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask), None
+    else:
+        y_BHSDv, qk_BHST = grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
+    return outputs(tb, b, ins, y_BHSDv, key_BHkvTDh, value_BHkvTDv, qk_BHST)
+
+
+def with_past(tb: TorchBuilder, ins: AttentionInputs):
+    if ins.past_key_BHkvPDh is None:
+        return ins.key_BHkvLDh, ins.value_BHkvLDv
+    return tb.cat([ins.past_key_BHkvPDh, ins.key_BHkvLDh], 2), tb.cat([ins.past_value_BHkvPDv, ins.value_BHkvLDv], 2)
+
+
+def uses_sdpa(b: OpBinder, attrs, ins: AttentionInputs) -> bool:
+    """The sdpa option, where SDPA's softmax(scale * Q.K^T + bias) is the op (see compute.sdpa_attention)."""
+    return (b.options.attention == "sdpa" and attrs.softcap == 0 and attrs.qk_mode < 0 and ins.nonpad_B is None
+            and ins.value_BHkvLDv.shape[3] == ins.query_BHSDh.shape[3])
+
+
+def outputs(tb: TorchBuilder, b: OpBinder, ins: AttentionInputs, y_BHSDv: Tensor, key, value, qk) -> List:
+    """The op's results, as many as the node declares, each cast to its declared type."""
+    if ins.rank3:
+        y_BHSDv = tb.flatten(tb.transpose(y_BHSDv, 1, 2), 2, 3)  # [B,H,S,Dv] -> [B,S,H,Dv] -> [B,S,H*Dv]
+    results = [y_BHSDv, key, value, qk][: b.num_results]
+    return [tb.none() if b.result_type_text(i) == "!torch.none" or t is None else b.declared_result(tb, i, t, OUTPUTS[i])
+            for i, t in enumerate(results)]

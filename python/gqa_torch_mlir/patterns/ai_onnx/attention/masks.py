@@ -1,0 +1,151 @@
+"""Which keys each query sees: attn_mask, is_causal and nonpad_kv_seqlen, as onnxruntime's kernel composes them.
+
+    bias [B|1,H|1,S,T] (Q's type): a float attn_mask's values, or 0; the lowest finite
+        value of the type where a boolean mask is false or causality excludes the key
+        (key t > query s + offset; offset = P with a past, nonpad[b] - S with
+        nonpad_kv_seqlen, else 0)
+    nonpad [B,1,1,T]: keys t >= nonpad_kv_seqlen[b], overwritten with the lowest
+        value after the bias is added (mode 2's qk_matmul_output shows them so)
+    full_rows [B|1,H|1,S,1]: rows whose every key is excluded (bias <= lowest, or
+        nonpad): onnxruntime's output row is 0 there, not NaN nor a uniform average
+
+The kernel accepts these mask shapes only (it rejects the others): [S,T],
+[H|1,S,T], [B|1,H|1,S,T], boolean or of Q's type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+
+from ....builder import Dim, Tensor, TorchBuilder
+from ....registry import Refusal
+from .inputs import AttentionInputs, same
+from .support import OP, AttentionAttributes, lowest
+
+
+@dataclass
+class KeyMask:
+    bias: Optional[Tensor]  # Q's type [B|1,H|1,S,T]
+    nonpad_excluded: Optional[Tensor]  # i1 [B,1,1,T]
+    full_rows: Tensor  # i1 [B|1,H|1,S,1]
+
+
+def key_mask(tb: TorchBuilder, attrs: AttentionAttributes, ins: AttentionInputs, T: Dim, P: Dim) -> Optional[KeyMask]:
+    """The mask of the step's scores [B,H,S,T], or None when every key is seen."""
+    dtype, S = ins.query_BHSDh.dtype, tb.size(ins.query_BHSDh, 2)
+    excluded: List[Tensor] = []
+    float_mask = None
+    if ins.attn_mask is not None:
+        mask_BHST = checked_mask(tb, ins, S, T)
+        if mask_BHST.dtype == "i1":
+            excluded.append(tb.logical_not(mask_BHST))
+        else:
+            float_mask = mask_BHST
+    if attrs.is_causal:
+        excluded.append(causal_excluded(tb, ins, S, T, P))
+    nonpad_BT = nonpad_excluded(tb, ins, T) if ins.nonpad_B is not None else None
+    if not excluded and float_mask is None and nonpad_BT is None:
+        return None
+    bias = None
+    if excluded or float_mask is not None:
+        bias = compose_bias(tb, excluded, float_mask, dtype)
+    return KeyMask(bias, nonpad_BT, full_rows(tb, bias, nonpad_BT, dtype))
+
+
+def checked_mask(tb: TorchBuilder, ins: AttentionInputs, S: Dim, T: Dim) -> Tensor:
+    """attn_mask as [B|1,H|1,S,T]: [S,T] and [H|1,S,T] gain leading 1s."""
+    mask, slot = ins.attn_mask, 3
+    subject = "input 3 'attn_mask'"
+    if mask.dtype != "i1" and mask.dtype != ins.query_BHSDh.dtype:
+        raise Refusal(f"type {mask.dtype} is not supported; supported: bool or Q's type {ins.query_BHSDh.dtype} (onnxruntime's CPU kernel)", subject)
+    if mask.rank not in (2, 3, 4):
+        raise Refusal(f"rank {mask.rank} is not supported; supported: [S,T], [H|1,S,T] or [B|1,H|1,S,T] (onnxruntime rejects others)", subject)
+    while mask.rank < 4:
+        mask = tb.unsqueeze(mask, 0)  # -> [1,..,S,T]
+    same(tb, mask, 2, ins.query_BHSDh, 2, slot, "dimension -2 (the query length)")
+    if mask.shape[3] is not None and isinstance(T, int) and mask.shape[3] != T:
+        raise Refusal(f"dimension -1 ({mask.shape[3]}) is not the total sequence length ({T}); supported: exactly it (onnxruntime rejects others)", subject)
+    tb.check_dim(mask, 3, T, f"{OP}: {subject} dimension -1 must be the total sequence length (onnxruntime rejects others)")
+    for d, n, what in ((1, ins.H, "query heads"), (0, tb.size(ins.query_BHSDh, 0), "batch size")):
+        if mask.shape[d] == 1:
+            continue
+        if mask.shape[d] is not None and isinstance(n, int) and mask.shape[d] != n:
+            raise Refusal(f"dimension {d - 4} ({mask.shape[d]}) is neither 1 nor the {what} ({n}) (onnxruntime rejects it)", subject)
+        tb.check_dim(mask, d, n, f"{OP}: {subject} dimension {d - 4} must be 1 or the {what} (a dynamic size is checked to be the latter)")
+    return mask
+
+
+def causal_excluded(tb: TorchBuilder, ins: AttentionInputs, S: Dim, T: Dim, P: Dim) -> Tensor:
+    """i1 [1|B,1,S,T]: key t > query s + offset."""
+    check_single_query_decode(tb, ins, S, P)
+    rows_S1 = tb.unsqueeze(tb.arange(S), 1)  # [S] -> [S,1]
+    if ins.nonpad_B is not None:  # offset = nonpad[b] - S, per batch row
+        offset_B = tb.add_scalar(ins.nonpad_B, tb.dim_sub(0, S))
+        last_BS1 = tb.add(tb.unsqueeze(tb.unsqueeze(offset_B, 1), 2), rows_S1)  # [B,1,1] + [S,1] -> [B,S,1]
+        return tb.unsqueeze(tb.ge(tb.unsqueeze(tb.arange(T), 0), tb.add_scalar(last_BS1, 1)), 1)  # t > s + offset: [B,S,T] -> [B,1,S,T]
+    last_S1 = tb.add_scalar(rows_S1, P) if P != 0 else rows_S1  # s + offset
+    excluded_ST = tb.ge(tb.unsqueeze(tb.arange(T), 0), tb.add_scalar(last_S1, 1))  # [1,T] >= [S,1] + 1 -> [S,T]
+    return tb.unsqueeze(tb.unsqueeze(excluded_ST, 0), 0)  # -> [1,1,S,T]
+
+
+def check_single_query_decode(tb: TorchBuilder, ins: AttentionInputs, S: Dim, P: Dim) -> None:
+    """One query after a past with several new keys: onnxruntime skips the causal mask (the spec applies it).
+
+    With one new key the two agree (every key is at or before the query); with more, the
+    results differ, so the case is refused rather than computed either way.
+    """
+    if ins.past_key_BHkvPDh is None:
+        return
+    L = tb.size(ins.key_BHkvLDh, 2)
+    conditions = [(S, 1, "eq"), (P, 1, "ge"), (L, 2, "ge")]
+    if any(isinstance(d, int) and not (d == v if op == "eq" else d >= v) for d, v, op in conditions):
+        return
+    if all(isinstance(d, int) for d, _, _ in conditions):
+        raise Refusal("is_causal with one query after a past and several new keys: onnxruntime skips the causal mask "
+                      "there, the spec applies it; supported: S > 1, or a single new key", "attribute 'is_causal'")
+    bad = None
+    for d, v, op in conditions:
+        if isinstance(d, int):
+            continue
+        t = tb.dim_tensor(d)
+        flag = tb.eq_scalar(t, v) if op == "eq" else tb.ge_scalar(t, v)
+        bad = flag if bad is None else tb.logical_and(bad, flag)
+    tb.runtime_check(tb.logical_not(bad), f"{OP}: is_causal with one query after a past and several new keys is not supported "
+                     "(onnxruntime skips the causal mask there, the spec applies it)")
+
+
+def nonpad_excluded(tb: TorchBuilder, ins: AttentionInputs, T: Dim) -> Tensor:
+    """i1 [B,1,1,T]: keys t >= nonpad_kv_seqlen[b], which must lie in [0, T] (onnxruntime rejects others)."""
+    tb.runtime_check(tb.in_range(ins.nonpad_B, 0, T), f"{OP}: nonpad_kv_seqlen values must lie in [0, total sequence length] (onnxruntime rejects others)")
+    lens_B1 = tb.unsqueeze(ins.nonpad_B, 1)  # [B] -> [B,1]
+    excluded_BT = tb.ge(tb.unsqueeze(tb.arange(T), 0), lens_B1)  # [1,T] >= [B,1] -> [B,T]
+    return tb.unsqueeze(tb.unsqueeze(excluded_BT, 1), 1)  # -> [B,1,1,T]
+
+
+def compose_bias(tb: TorchBuilder, excluded: List[Tensor], float_mask: Optional[Tensor], dtype: str) -> Tensor:
+    """The float mask (or 0) with the lowest value where any exclusion holds."""
+    any_excluded = excluded[0] if excluded else None
+    for e in excluded[1:]:
+        any_excluded = tb.logical_or(any_excluded, e)
+    if float_mask is None:
+        return tb.where_scalars(any_excluded, lowest(dtype), 0.0, dtype)
+    if any_excluded is None:
+        return float_mask
+    return tb.where_scalar_else(any_excluded, lowest(dtype), float_mask)
+
+
+def full_rows(tb: TorchBuilder, bias: Optional[Tensor], nonpad_BT: Optional[Tensor], dtype: str) -> Tensor:
+    """i1 [..,S,1]: no key of the row has a bias above the lowest value (nor is before nonpad)."""
+    above = float(np.nextafter(np.array(lowest(dtype), dtype=_NP[dtype]), np.array(0, dtype=_NP[dtype])))
+    seen = tb.logical_not(tb.lt_float(bias, above)) if bias is not None else None  # NaN counts as seen, as onnxruntime's
+    if nonpad_BT is not None:
+        kept = tb.logical_not(nonpad_BT)
+        seen = kept if seen is None else tb.logical_and(seen, kept)
+    any_seen = tb.amax(tb.to_dtype(seen, "f32"), 3)  # [..,S,T] -> [..,S,1]
+    return tb.lt_float(any_seen, 0.5)
+
+
+_NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64}

@@ -1,0 +1,183 @@
+"""The standard Attention (opsets 23, 24) against onnxruntime's CPU kernel, one node, through InferenceSession.
+
+Each configuration onnxruntime runs must match it (f32 within 1e-4, f16 within
+2e-2, f64 within 1e-6: onnxruntime's f64 function body takes sqrt(scale) in
+f32); each it refuses, or that the spec and onnxruntime compute differently,
+is refused by name.  Models are built by testing/standard_attention.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.testing import tiers
+from gqa_torch_mlir.testing.standard_attention import AttentionConfig as C
+from gqa_torch_mlir.testing.standard_attention import MaskSpec as M
+from gqa_torch_mlir.testing.standard_attention import make_inputs, make_model, run_onnxruntime
+
+TOLERANCE = {np.float32: 1e-4, np.float16: 2e-2, np.float64: 1e-6}
+
+CONFIGS = [
+    C(),  # GQA 4/2, 4-D, no mask
+    C(rank3=True, B=2),
+    C(Hkv=1, rank3=True),  # MQA
+    C(Hkv=4),  # MHA
+    C(H=6, Hkv=3, Dv=4, rank3=True),  # V head size != Q/K's
+    C(S=2, L=6),  # cross attention, top-left
+    C(is_causal=True),
+    C(S=2, L=5, is_causal=True),
+    C(S=5, L=2, is_causal=True),  # leading rows see no key: zero rows
+    C(S=3, L=3, P=4, present=True, is_causal=True),  # a chunk after a past: bottom-right
+    C(S=1, L=1, P=6, present=True, is_causal=True, B=2),  # decode
+    C(L=2, P=3, present=True, rank3=True, S=2),
+    C(present=True),  # present without past: K and V themselves
+    C(scale=0.3),
+    C(softcap=2.0, qk_matmul_output_mode=0),
+    C(softcap=2.0, qk_matmul_output_mode=1, scale=0.9),
+    C(qk_matmul_output_mode=2, mask=M("bool", "ST"), is_causal=True),
+    C(qk_matmul_output_mode=3, mask=M("float", "B1ST"), B=2),
+    C(mask=M("bool", "HST", full_rows=True), qk_matmul_output_mode=3),
+    C(mask=M("bool", "1ST")),
+    C(mask=M("bool", "11ST")),
+    C(mask=M("float", "1HST", float_fill="neginf", full_rows=True), qk_matmul_output_mode=2),
+    C(mask=M("float", "BHST", float_fill="lowest", full_rows=True), B=2),
+    C(mask=M("float", "ST", float_fill="normal"), softcap=1.5, is_causal=True, P=2, present=True),
+    C(softmax_precision=1),
+    C(dtype=np.float16, mask=M("float", "1HST"), is_causal=True),
+    C(dtype=np.float16, rank3=True, softcap=3.0, qk_matmul_output_mode=3, P=3, L=1, S=1, present=True),
+    C(dtype=np.float16, mask=M("bool", "B1ST", full_rows=True), B=2, qk_matmul_output_mode=2),
+    C(dtype=np.float64, is_causal=True, P=2, present=True),
+    C(dtype=np.float64, mask=M("bool", "ST"), softmax_precision=11, rank3=True),
+    C(opset=24),
+    C(opset=24, nonpad_kv_seqlen=True, B=3, L=6, S=4, is_causal=True),  # bottom-right at nonpad[b] - S
+    C(opset=24, nonpad_kv_seqlen=True, B=3, S=1, L=8, nonpad_lens=(0, 3, 8)),  # 0: a zero row
+    C(opset=24, nonpad_kv_seqlen=True, B=2, qk_matmul_output_mode=2, mask=M("bool", "B1ST")),
+    C(opset=24, nonpad_kv_seqlen=True, B=2, present=True, mask=M("float", "ST"), qk_matmul_output_mode=3),
+]
+# iree-cpu compiles each model: a spread of the forms above.
+IREE_CONFIGS = [CONFIGS[i] for i in (1, 4, 9, 10, 15, 17, 21, 25, 28, 31)]
+
+
+def _check(cfg: C, backend: str, attention=None) -> None:
+    model, feeds = make_model(cfg), make_inputs(cfg, 0)
+    expected = run_onnxruntime(model, feeds)
+    session = InferenceSession(model, backend=backend, attention=attention)
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(names, feeds)))
+    tolerance = TOLERANCE[cfg.np_dtype.type]
+    for name, want in expected.items():
+        have = got[name]
+        assert have.dtype == want.dtype and have.shape == want.shape, (name, have.dtype, have.shape, want.dtype, want.shape)
+        finite = np.isfinite(want)
+        assert (np.isfinite(have) == finite).all(), f"{name}: non-finite entries differ"
+        assert (have[~finite] == want[~finite]).all(), f"{name}: -inf/+inf entries differ"
+        np.testing.assert_allclose(have[finite].astype(np.float64), want[finite].astype(np.float64), rtol=0, atol=tolerance, err_msg=name)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_matches_onnxruntime_refbackend(cfg):
+    _check(cfg, "refbackend")
+
+
+@pytest.mark.parametrize("cfg", IREE_CONFIGS, ids=lambda c: c.name)
+def test_matches_onnxruntime_iree_cpu(cfg):
+    _check(cfg, "iree-cpu")
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[i] for i in (0, 9, 17, 22)], ids=lambda c: c.name)
+def test_sdpa_form_matches_onnxruntime(cfg):
+    _check(cfg, "iree-cpu", attention="sdpa")
+
+
+def _dynamic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
+    """The model with its graph inputs' and outputs' ``dims`` ({size: name}) made symbolic."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in list(model.graph.input) + list(model.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value in dims:
+                d.dim_param = dims[d.dim_value]
+    return model
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_dynamic_batch_and_lengths(backend):
+    """The exporter's form: batch, query, key and past lengths only known at run time."""
+    cfg = C(B=2, S=3, L=3, P=5, present=True, is_causal=True, rank3=True, mask=M("bool", "B1ST"), H=4, Hkv=2, Dh=16)
+    model = _dynamic(make_model(cfg), {2: "batch", 3: "seq", 5: "past", 8: "total"})
+    feeds = make_inputs(cfg, 1)
+    expected = run_onnxruntime(model, feeds)
+    got = InferenceSession(model, backend=backend).run(None, feeds)
+    for have, want in zip(got, expected.values()):
+        np.testing.assert_allclose(have, want, rtol=0, atol=1e-4)
+
+
+REFUSALS = [
+    (C(H=4, Hkv=3), "q_num_heads (4) must be a multiple of kv_num_heads (3)"),
+    (C(scale=-0.5), "attribute 'scale': value -0.5 is not supported"),
+    (C(softcap=-1.0), "attribute 'softcap': value -1.0 is not supported"),
+    (C(softmax_precision=10), "attribute 'softmax_precision': value 10 is not supported for f32 inputs"),
+    (C(qk_matmul_output_mode=4), "attribute 'qk_matmul_output_mode': value 4 is not supported"),
+    (C(P=2), "past_key/past_value are given but present_key/present_value are not requested"),
+    (C(mask=M("bool", "B11T"), B=2), "input 3 'attn_mask': dimension -2 (the query length) 1 differs from 4"),
+    (C(mask=M("bool", "T")), "input 3 'attn_mask': rank 1 is not supported"),
+    (C(mask=M("bool", "BHST", short=1), opset=24), "dimension -1 (3) is not the total sequence length (4)"),
+    (C(mask=M("float", "ST", dtype=np.float16)), "input 3 'attn_mask': type f16 is not supported"),
+    (C(S=1, L=3, P=2, present=True, is_causal=True), "onnxruntime skips the causal mask there, the spec applies it"),
+    (C(opset=24, nonpad_kv_seqlen=True, P=2, present=True), "input 6 'nonpad_kv_seqlen': is given with past_key/past_value"),
+    (C(attrs={"is_causal": 2}), "attribute 'is_causal': value 2 is not supported"),
+    (C(rank3=True, attrs={"kv_num_heads": 0}), "attribute 'kv_num_heads': is required with 3-D inputs"),
+    (C(attrs={"q_num_heads": 2}), "attribute 'q_num_heads': value 2 differs from Q's dimension 1 (4)"),
+]
+
+
+@pytest.mark.parametrize("cfg,message", REFUSALS, ids=[c.name for c, _ in REFUSALS])
+def test_refused_by_name(cfg, message):
+    with pytest.raises(GqaTorchMlirError, match="ai.onnx.Attention") as info:
+        InferenceSession(make_model(cfg), backend="refbackend")
+    assert message in str(info.value)
+
+
+def test_nonpad_out_of_range_is_a_run_time_error():
+    cfg = C(opset=24, nonpad_kv_seqlen=True, B=2, nonpad_lens=(2, 9))
+    session = InferenceSession(make_model(cfg), backend="refbackend")
+    with pytest.raises(Exception, match="nonpad_kv_seqlen values must lie in"):
+        session.run(None, make_inputs(cfg, 0))
+
+
+def _random_config(rng: np.random.Generator) -> C:
+    """A configuration onnxruntime's kernel runs, drawn over every axis the lowering branches on."""
+    Hkv = int(rng.integers(1, 4))
+    P = int(rng.choice([0, 0, 2, 5]))
+    S = 1 if P and rng.random() < 0.4 else int(rng.integers(1, 6))
+    L = 1 if (S == 1 and P) else int(rng.integers(1, 7))
+    opset = int(rng.choice([23, 24]))
+    nonpad = opset == 24 and not P and rng.random() < 0.5
+    mask = None
+    if rng.random() < 0.6:
+        shape = str(rng.choice(["ST", "1ST", "HST", "BHST", "B1ST", "11ST", "1HST"]))
+        kind = str(rng.choice(["bool", "float"]))
+        fill = str(rng.choice(["mixed", "normal", "neginf", "lowest"]))
+        mask = M(kind, shape, full_rows=bool(rng.random() < 0.3), float_fill=fill)
+    return C(
+        B=int(rng.integers(1, 4)), S=S, L=L, P=P, H=Hkv * int(rng.choice([1, 2, 4])), Hkv=Hkv,
+        Dh=int(rng.choice([4, 8, 16])), Dv=int(rng.choice([4, 8])) if rng.random() < 0.3 else None,
+        rank3=bool(rng.random() < 0.5), dtype=rng.choice([np.float32, np.float32, np.float16]),
+        scale=float(rng.uniform(0.1, 1.0)) if rng.random() < 0.3 else None, is_causal=bool(rng.random() < 0.5),
+        softcap=float(rng.uniform(0.5, 5.0)) if rng.random() < 0.3 else 0.0,
+        qk_matmul_output_mode=int(rng.integers(0, 4)) if rng.random() < 0.4 else None, mask=mask,
+        present=bool(P) or rng.random() < 0.3, opset=opset, nonpad_kv_seqlen=nonpad,
+    )
+
+
+@pytest.mark.parametrize("seed", range(tiers.count("GQA_PROPERTY_EXAMPLES", 12, 120)))
+def test_random_configurations(seed):
+    cfg = _random_config(np.random.default_rng(1000 + seed))
+    if cfg.mask is not None and cfg.mask.kind == "bool":
+        cfg = dataclasses.replace(cfg, mask=dataclasses.replace(cfg.mask, float_fill="mixed"))
+    _check(cfg, "refbackend")
