@@ -262,7 +262,13 @@ class TorchBuilder:
         self.runtime_assert(self.all_true(ok), message)
 
     def all_true(self, t: Tensor):
-        """Whether every element of the i1 tensor ``t`` holds, as a !torch.bool value."""
+        """Whether every element of the i1 tensor ``t`` holds, as a !torch.bool value.
+
+        Reduced from one dim: IREE sizes a stack buffer for a reduction over several dynamic
+        dims from their value ranges, which may overflow (a shape computed from data).
+        """
+        if t.rank > 1 and None in t.shape:
+            t = self.flatten(t, 0, t.rank - 1)  # [..] -> [N]
         all_t = self.tensor_op("torch.aten.all", [t.value], (), "i1")
         return self.op("torch.aten.Bool.Tensor", [all_t.value], ["!torch.bool"])[0]
 
