@@ -1,11 +1,13 @@
-// The standard Attention (opset 23): present = past ++ new rows; causal keys excluded
+// The standard Attention (opset 23): present = past grown by zero rows, the new rows scattered in; causal keys excluded
 // bottom-right (t > s + P) with the lowest finite value; scores on queries grouped by KV
 // head (K/V never repeated); softmax with rows that see no key set to 0; P.V regrouped.
-// RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %s | FileCheck %s
+// RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
 
 // CHECK-LABEL: func.func @gqa_causal_past
-// CHECK:         %[[K:.+]] = torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
-// CHECK:         %[[V:.+]] = torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
+// CHECK:         %[[KGROWN:.+]] = torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
+// CHECK:         %[[K:.+]] = torch.aten.scatter.src %[[KGROWN]], %int2, %{{.+}}, %arg1 {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
+// CHECK:         %[[VGROWN:.+]] = torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
+// CHECK:         %[[V:.+]] = torch.aten.scatter.src %[[VGROWN]], %int2, %{{.+}}, %arg2 {{.+}} -> !torch.vtensor<[1,2,5,8],f32>
 // CHECK:         %[[ROWS:.+]] = torch.aten.add.Scalar {{.+}}, %int3, {{.+}} -> !torch.vtensor<[2,1],si64>
 // CHECK:         %[[EXCLUDED:.+]] = torch.aten.ge.Tensor {{.+}} -> !torch.vtensor<[2,5],i1>
 // CHECK:         %[[BIAS:.+]] = torch.aten.where.Scalar {{.+}}, %float-3.402820e38, %float0.000000e00 {{.+}} -> !torch.vtensor<[1,1,2,5],f32>
@@ -24,4 +26,17 @@ func.func @gqa_causal_past(%q: !torch.vtensor<[1,4,2,8],f32>, %k: !torch.vtensor
   %none = torch.constant.none
   %0:3 = torch.operator "onnx.Attention"(%q, %k, %v, %none, %pk, %pv) {torch.onnx.is_causal = 1 : si64} : (!torch.vtensor<[1,4,2,8],f32>, !torch.vtensor<[1,2,2,8],f32>, !torch.vtensor<[1,2,2,8],f32>, !torch.none, !torch.vtensor<[1,2,3,8],f32>, !torch.vtensor<[1,2,3,8],f32>) -> (!torch.vtensor<[1,4,2,8],f32>, !torch.vtensor<[1,2,5,8],f32>, !torch.vtensor<[1,2,5,8],f32>)
   return %0#0, %0#1, %0#2 : !torch.vtensor<[1,4,2,8],f32>, !torch.vtensor<[1,2,5,8],f32>, !torch.vtensor<[1,2,5,8],f32>
+}
+
+// -----
+
+// A decode step (one new key after a past): causality excludes no key, so no mask is built.
+// CHECK-LABEL: func.func @decode_causal_is_void
+// CHECK-NOT:     torch.aten.where.Scalar
+// CHECK-NOT:     torch.aten.lt.Scalar
+// CHECK:         torch.aten.matmul
+func.func @decode_causal_is_void(%q: !torch.vtensor<[1,4,1,8],f32>, %k: !torch.vtensor<[1,2,1,8],f32>, %v: !torch.vtensor<[1,2,1,8],f32>, %pk: !torch.vtensor<[1,2,3,8],f32>, %pv: !torch.vtensor<[1,2,3,8],f32>) -> (!torch.vtensor<[1,4,1,8],f32>, !torch.vtensor<[1,2,4,8],f32>, !torch.vtensor<[1,2,4,8],f32>) attributes {torch.onnx_meta.opset_version = 23 : si64} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.Attention"(%q, %k, %v, %none, %pk, %pv) {torch.onnx.is_causal = 1 : si64} : (!torch.vtensor<[1,4,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.vtensor<[1,2,1,8],f32>, !torch.none, !torch.vtensor<[1,2,3,8],f32>, !torch.vtensor<[1,2,3,8],f32>) -> (!torch.vtensor<[1,4,1,8],f32>, !torch.vtensor<[1,2,4,8],f32>, !torch.vtensor<[1,2,4,8],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,4,1,8],f32>, !torch.vtensor<[1,2,4,8],f32>, !torch.vtensor<[1,2,4,8],f32>
 }

@@ -6,7 +6,7 @@ the order the driver runs them:
 
   support.py   attributes: each value lowered or refused by name
   inputs.py    inputs checked, 3-D split into heads: [B,S,N*D] -> [B,N,S,D]
-  (here)       the cache: present = past ++ new rows on the sequence dim
+  (here)       the cache: present = past ++ new rows on the sequence dim (grown, then scattered)
   masks.py     attn_mask, is_causal and nonpad_kv_seqlen as one bias
   compute.py   scores, softcap, bias, softmax, P.V on grouped queries (or SDPA)
 
@@ -54,7 +54,26 @@ def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
 def with_past(tb: TorchBuilder, ins: AttentionInputs):
     if ins.past_key_BHkvPDh is None:
         return ins.key_BHkvLDh, ins.value_BHkvLDv
-    return tb.cat([ins.past_key_BHkvPDh, ins.key_BHkvLDh], 2), tb.cat([ins.past_value_BHkvPDv, ins.value_BHkvLDv], 2)
+    return tuple(append_rows(tb, past, new) for past, new in ((ins.past_key_BHkvPDh, ins.key_BHkvLDh), (ins.past_value_BHkvPDv, ins.value_BHkvLDv)))
+
+
+def append_rows(tb: TorchBuilder, past_BHkvPD: Tensor, new_BHkvLD: Tensor) -> Tensor:
+    """past ++ new on the sequence dim: [B,Hkv,P,D] ++ [B,Hkv,L,D] -> [B,Hkv,P+L,D].
+
+    As GroupQueryAttention's cache is written: the past grown by L zero rows, the new rows
+    scattered into them (a step measured ~10% faster on iree-cpu than a concatenation of the
+    two, and IREE fails on a concatenation with dynamic dims, where the past is padded instead).
+    """
+    P, L = tb.size(past_BHkvPD, 2), tb.size(new_BHkvLD, 2)
+    if None in past_BHkvPD.shape or not isinstance(L, int):
+        grown_BHkvTD = tb.pad_dim_end(past_BHkvPD, 2, L)  # [B,Hkv,P,D] -> [B,Hkv,P+L,D]
+    else:
+        empty_BHkv0D = tb.slice(past_BHkvPD, 2, 0, 0, in_bounds=True)
+        grown_BHkvTD = tb.cat([past_BHkvPD, tb.pad_dim_end(empty_BHkv0D, 2, L)], 2)  # zero rows for the new ones
+    rows_L = tb.add_scalar(tb.arange(L), P)  # P .. P+L-1
+    index_11L1 = tb.unsqueeze(tb.unsqueeze(tb.unsqueeze(rows_L, 1), 0), 0)  # [L] -> [L,1] -> [1,1,L,1]
+    index_BHkvLD = tb.expand(index_11L1, [tb.size(new_BHkvLD, d) for d in range(4)])  # -> [B,Hkv,L,D]
+    return tb.scatter_src(grown_BHkvTD, 2, index_BHkvLD, new_BHkvLD)
 
 
 def uses_sdpa(b: OpBinder, attrs, ins: AttentionInputs) -> bool:

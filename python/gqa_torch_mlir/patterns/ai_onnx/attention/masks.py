@@ -44,7 +44,7 @@ def key_mask(tb: TorchBuilder, attrs: AttentionAttributes, ins: AttentionInputs,
             excluded.append(tb.logical_not(mask_BHST))
         else:
             float_mask = mask_BHST
-    if attrs.is_causal:
+    if attrs.is_causal and not causal_is_void(tb, ins):
         excluded.append(causal_excluded(tb, ins, S, T, P))
     nonpad_BT = nonpad_excluded(tb, ins, T) if ins.nonpad_B is not None else None
     if not excluded and float_mask is None and nonpad_BT is None:
@@ -76,6 +76,11 @@ def checked_mask(tb: TorchBuilder, ins: AttentionInputs, S: Dim, T: Dim) -> Tens
             raise Refusal(f"dimension {d - 4} ({mask.shape[d]}) is neither 1 nor the {what} ({n}) (onnxruntime rejects it)", subject)
         tb.check_dim(mask, d, n, f"{OP}: {subject} dimension {d - 4} must be 1 or the {what} (a dynamic size is checked to be the latter)")
     return mask
+
+
+def causal_is_void(tb: TorchBuilder, ins: AttentionInputs) -> bool:
+    """One new key after a past (a decode step): query s sees keys t <= s + P, and T - 1 = P, so none is excluded."""
+    return ins.nonpad_B is None and ins.past_key_BHkvPDh is not None and ins.key_BHkvLDh.shape[2] == 1
 
 
 def causal_excluded(tb: TorchBuilder, ins: AttentionInputs, S: Dim, T: Dim, P: Dim) -> Tensor:
