@@ -53,3 +53,23 @@ def test_greedy_tokens_match_onnxruntime(tmp_path, arch, form, opset, backend):
     margins = [np.diff(np.sort(w, axis=-1)[:, -2:], axis=-1).min() for w in want_logits]
     assert min(margins) > 1e-3, margins
     np.testing.assert_array_equal(have_tokens, want_tokens)
+
+
+def test_generate_command_runs_an_exported_decoder(tmp_path):
+    """`gqa-torch-mlir generate --model FILE.onnx`: no genai_config.json, the cache geometry and
+    the vocabulary read from the graph, position_ids fed; as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "llama.onnx"
+    hf_decoders.export_decoder("llama", path, with_cache=True)
+    tool = os.path.join(os.path.dirname(sys.executable), "gqa-torch-mlir")
+    run = subprocess.run([tool, "generate", "--model", str(path), "--steps", "3", "--prompt", "5", "17", "42"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(2 layers, 2 kv heads, head size 16" in run.stdout
+    assert "RESULT: identical greedy tokens" in run.stdout
+    refused = subprocess.run([tool, "generate", "--model", str(path), "--prompt", "500"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "token ids [500] are outside the vocabulary [0, 128)" in refused.stderr
+    assert "Traceback" not in run.stdout + run.stderr + refused.stdout + refused.stderr

@@ -25,29 +25,36 @@ Run = Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]
 
 
 class Decoder:
-    """A builder decoder directory (genai_config.json, the model file it names, external data).
+    """A builder decoder directory (genai_config.json, the model file it names, external data),
+    or a decoder ONNX file (or a directory holding one) with the same I/O and no genai_config.json,
+    as PyTorch's exporter writes them (testing/hf_decoders.py): its layers, KV heads and head
+    size are then read from the graph's past inputs, and ``position_ids`` is fed when it takes them.
 
-    A directory that is not one raises :class:`GqaTorchMlirError` naming the
-    file and what is missing.
+    A path that is neither raises :class:`GqaTorchMlirError` naming the file and what is missing.
     """
 
     def __init__(self, directory) -> None:
         directory = Path(directory)
-        if not directory.is_dir():
-            raise GqaTorchMlirError(f"'{directory}' is not a directory (an onnxruntime-genai model builder output is expected)")
-        model = _read_config(directory / "genai_config.json")
-        config = _section(model, "decoder", "model")
-        self.path = directory / str(config.get("filename", "model.onnx"))
-        if not self.path.is_file():
-            raise GqaTorchMlirError(f"no ONNX model at '{self.path}' (genai_config.json's decoder.filename)")
-        self.layers, self.kv_heads, self.head_size = (_positive(config, k) for k in ("num_hidden_layers", "num_key_value_heads", "head_size"))
-        self.vocab_size = _optional_positive(model, "vocab_size")  # token ids outside it are refused before a run
-        self.context_length = _optional_positive(model, "context_length")
-        try:
-            graph = onnx.load(str(self.path), load_external_data=False).graph
-        except Exception as e:  # protobuf decode errors
-            raise GqaTorchMlirError(f"cannot load ONNX model '{self.path}': {e}") from None
+        self.vocab_size = self.context_length = None
+        if directory.is_file() or (directory.is_dir() and not (directory / "genai_config.json").exists()):
+            self.path = _model_file(directory)
+            graph = _load_graph(self.path)
+            self.layers, self.kv_heads, self.head_size = _cache_geometry(self.path, graph)
+            self.vocab_size = _logits_width(graph)
+        elif not directory.is_dir():
+            raise GqaTorchMlirError(f"'{directory}' is neither a directory nor an ONNX file (an onnxruntime-genai model builder output, or a decoder .onnx, is expected)")
+        else:
+            model = _read_config(directory / "genai_config.json")
+            config = _section(model, "decoder", "model")
+            self.path = directory / str(config.get("filename", "model.onnx"))
+            if not self.path.is_file():
+                raise GqaTorchMlirError(f"no ONNX model at '{self.path}' (genai_config.json's decoder.filename)")
+            self.layers, self.kv_heads, self.head_size = (_positive(config, k) for k in ("num_hidden_layers", "num_key_value_heads", "head_size"))
+            self.vocab_size = _optional_positive(model, "vocab_size")  # token ids outside it are refused before a run
+            self.context_length = _optional_positive(model, "context_length")
+            graph = _load_graph(self.path)
         self._check_io(graph)
+        self.position_ids = any(i.name == "position_ids" for i in graph.input)
         past = next(i for i in graph.input if i.name == "past_key_values.0.key")
         self.kv_dtype = helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type)
         self.capacity: Dict[int, int] = {}  # layer -> fixed capacity of a window-sized cache
@@ -113,6 +120,8 @@ class Decoder:
         past, context, new, chosen, logits = self.empty_cache(shared_capacity), list(prompt), list(prompt), [], []
         for step in range(steps + 1):
             feeds = {"input_ids": np.array([new], np.int64), "attention_mask": np.ones((1, len(context)), np.int64), **past}
+            if self.position_ids:
+                feeds["position_ids"] = np.arange(len(context) - len(new), len(context), dtype=np.int64)[None]
             out = run(feeds)
             logits.append(out["logits"])
             past = {k: out[k.replace("past_key_values", "present")] for k in past}
@@ -123,6 +132,41 @@ class Decoder:
             if on_step:
                 on_step(step, token, out["logits"])
         return chosen, logits, past
+
+
+def _model_file(path: Path) -> Path:
+    """The ONNX file itself, or the one .onnx file of a directory."""
+    if path.is_file():
+        return path
+    found = sorted(path.glob("*.onnx"))
+    if len(found) != 1:
+        raise GqaTorchMlirError(f"'{path}' has no genai_config.json and {len(found)} .onnx files; give the decoder's .onnx file")
+    return found[0]
+
+
+def _load_graph(path: Path):
+    try:
+        return onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:  # protobuf decode errors
+        raise GqaTorchMlirError(f"cannot load ONNX model '{path}': {e}") from None
+
+
+def _cache_geometry(path: Path, graph):
+    """(layers, KV heads, head size) from the past_key_values.<layer>.key inputs [B,Hkv,P,Dh] (static Hkv, Dh)."""
+    past = [i for i in graph.input if i.name.startswith("past_key_values.") and i.name.endswith(".key")]
+    if not past:
+        raise GqaTorchMlirError(f"'{path}' has no genai_config.json and no past_key_values.<layer>.key inputs: not a decoder with a KV cache")
+    dims = past[0].type.tensor_type.shape.dim
+    if len(dims) != 4 or not all(dims[i].HasField("dim_value") for i in (1, 3)):
+        raise GqaTorchMlirError(f"'{path}': {past[0].name} must be [batch, kv_heads, past, head_size] with static kv_heads and head_size")
+    return len(past), dims[1].dim_value, dims[3].dim_value
+
+
+def _logits_width(graph) -> Optional[int]:
+    """The vocabulary size: the static last dim of the ``logits`` output, if it has one."""
+    logits = [o for o in graph.output if o.name == "logits"]
+    dims = logits[0].type.tensor_type.shape.dim if logits else []
+    return dims[-1].dim_value if dims and dims[-1].HasField("dim_value") else None
 
 
 def _read_config(path: Path) -> dict:

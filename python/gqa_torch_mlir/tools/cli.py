@@ -43,7 +43,8 @@ def _demo_parser(sub) -> None:
 
 def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="greedy generation with a tiny decoder, next to onnxruntime")
-    p.add_argument("--model", help="an onnxruntime-genai builder output directory (default: the embedded tiny Mistral, sliding window 8)")
+    p.add_argument("--model", help="an onnxruntime-genai builder output directory, or a decoder .onnx with the same I/O names "
+                   "(PyTorch's exporter; the cache geometry is read from the graph) (default: the embedded tiny Mistral, sliding window 8)")
     p.add_argument("--steps", type=_non_negative, default=8, help="decode steps after the prefill")
     p.add_argument("--prompt", type=int, nargs="+", help="prompt token ids (at least one)")
 
