@@ -54,6 +54,11 @@ CONFIGS = [
     C(dtype=np.float16, mask=M("bool", "B1ST", full_rows=True), B=2, qk_matmul_output_mode=2),
     C(dtype=np.float64, is_causal=True, P=2, present=True),
     C(dtype=np.float64, mask=M("bool", "ST"), softmax_precision=11, rank3=True),
+    # f64 runs onnxruntime's function body: any mask broadcast, a past without presents
+    C(dtype=np.float64, mask=M("bool", "T")),
+    C(dtype=np.float64, mask=M("float", "B11T", float_fill="neginf"), B=2, is_causal=True),
+    C(dtype=np.float64, mask=M("bool", "BH1T", full_rows=True), B=2),
+    C(dtype=np.float64, S=2, L=2, P=3, is_causal=True),
     C(opset=24),
     C(opset=24, nonpad_kv_seqlen=True, B=3, L=6, S=4, is_causal=True),  # bottom-right at nonpad[b] - S
     C(opset=24, nonpad_kv_seqlen=True, B=3, S=1, L=8, nonpad_lens=(0, 3, 8)),  # 0: a zero row
@@ -61,7 +66,7 @@ CONFIGS = [
     C(opset=24, nonpad_kv_seqlen=True, B=2, present=True, mask=M("float", "ST"), qk_matmul_output_mode=3),
 ]
 # iree-cpu compiles each model: a spread of the forms above.
-IREE_CONFIGS = [CONFIGS[i] for i in (1, 4, 9, 10, 15, 17, 21, 25, 28, 31)]
+IREE_CONFIGS = [CONFIGS[i] for i in (1, 4, 9, 10, 15, 17, 21, 25, 28, 31, 35)]
 
 
 def _check(cfg: C, backend: str, attention=None) -> None:

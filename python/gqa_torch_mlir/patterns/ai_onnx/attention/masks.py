@@ -9,8 +9,9 @@
     full_rows [B|1,H|1,S,1]: rows whose every key is excluded (bias <= lowest, or
         nonpad): onnxruntime's output row is 0 there, not NaN nor a uniform average
 
-The kernel accepts these mask shapes only (it rejects the others): [S,T],
-[H|1,S,T], [B|1,H|1,S,T], boolean or of Q's type.
+The kernel (f16, f32) accepts these mask shapes only (it rejects the others):
+[S,T], [H|1,S,T], [B|1,H|1,S,T], boolean or of Q's type; f64 runs the op's
+function body in onnxruntime, which broadcasts any mask of rank 1 to 4.
 """
 
 from __future__ import annotations
@@ -56,20 +57,29 @@ def key_mask(tb: TorchBuilder, attrs: AttentionAttributes, ins: AttentionInputs,
 
 
 def checked_mask(tb: TorchBuilder, ins: AttentionInputs, S: Dim, T: Dim) -> Tensor:
-    """attn_mask as [B|1,H|1,S,T]: [S,T] and [H|1,S,T] gain leading 1s."""
-    mask, slot = ins.attn_mask, 3
+    """attn_mask as [B|1,H|1,S|1,T]: fewer dims gain leading 1s.
+
+    The kernel (f16, f32) takes [S,T], [H|1,S,T] and [B|1,H|1,S,T]; onnxruntime runs f64 through
+    the op's function body, which broadcasts any mask of rank 1 to 4 ([T], [B,1,1,T], ...).
+    """
+    mask, slot, q = ins.attn_mask, 3, ins.query_BHSDh
     subject = "input 3 'attn_mask'"
-    if mask.dtype != "i1" and mask.dtype != ins.query_BHSDh.dtype:
-        raise Refusal(f"type {mask.dtype} is not supported; supported: bool or Q's type {ins.query_BHSDh.dtype} (onnxruntime's CPU kernel)", subject)
-    if mask.rank not in (2, 3, 4):
-        raise Refusal(f"rank {mask.rank} is not supported; supported: [S,T], [H|1,S,T] or [B|1,H|1,S,T] (onnxruntime rejects others)", subject)
+    if mask.dtype != "i1" and mask.dtype != q.dtype:
+        raise Refusal(f"type {mask.dtype} is not supported; supported: bool or Q's type {q.dtype} (onnxruntime's CPU kernel)", subject)
+    any_broadcast = q.dtype == "f64"
+    ranks = (1, 2, 3, 4) if any_broadcast else (2, 3, 4)
+    if mask.rank not in ranks:
+        forms = "[T] to [B|1,H|1,S|1,T]" if any_broadcast else "[S,T], [H|1,S,T] or [B|1,H|1,S,T]"
+        raise Refusal(f"rank {mask.rank} is not supported; supported: {forms} (onnxruntime rejects others)", subject)
     while mask.rank < 4:
-        mask = tb.unsqueeze(mask, 0)  # -> [1,..,S,T]
-    same(tb, mask, 2, ins.query_BHSDh, 2, slot, "dimension -2 (the query length)")
+        mask = tb.unsqueeze(mask, 0)  # -> [1,..,T]
     if mask.shape[3] is not None and isinstance(T, int) and mask.shape[3] != T:
         raise Refusal(f"dimension -1 ({mask.shape[3]}) is not the total sequence length ({T}); supported: exactly it (onnxruntime rejects others)", subject)
     tb.check_dim(mask, 3, T, f"{OP}: {subject} dimension -1 must be the total sequence length (onnxruntime rejects others)")
-    for d, n, what in ((1, ins.H, "query heads"), (0, tb.size(ins.query_BHSDh, 0), "batch size")):
+    if not any_broadcast:
+        same(tb, mask, 2, q, 2, slot, "dimension -2 (the query length)")
+    targets = ((2, S, "query length"), (1, ins.H, "query heads"), (0, tb.size(q, 0), "batch size"))
+    for d, n, what in targets[0 if any_broadcast else 1:]:
         if mask.shape[d] == 1:
             continue
         if mask.shape[d] is not None and isinstance(n, int) and mask.shape[d] != n:
