@@ -17,34 +17,17 @@ from typing import List
 from ...binder import OpBinder
 from ...builder import TorchBuilder
 from ...registry import Refusal, onnx_op
-from .simplified_layer_normalization import (
-    LANES,
-    check_float_dtype,
-    check_normalized_size,
-    check_scale_shape,
-    checked_like,
-    read_axis,
-    rms_normalize,
-    scale_is_broadcast,
-)
+from .simplified_layer_normalization import LANES, checked_inputs, rms_normalize, scale_is_broadcast
 
 OP = "RMSNormalization"
 
 
 @onnx_op("RMSNormalization", domain="", since=23)
 def lower_rms_normalization(b: OpBinder, tb: TorchBuilder) -> List:
-    x_ND = b.tensor(0, "X", required=True)
-    scale_D = b.tensor(1, "scale", required=True)
-    check_float_dtype(x_ND, "input 0 'X'")
-    if scale_D.dtype != x_ND.dtype:
-        raise Refusal(f"type {scale_D.dtype} differs from X's {x_ND.dtype}; supported: X's type (onnxruntime's CPU kernel)", "input 1 'scale'")
     stash_type = b.attr_int("stash_type", 1)
     if stash_type != 1:
         raise Refusal(f"value {stash_type} is not supported; supported: 1 (float statistics, as onnxruntime computes)", "attribute 'stash_type'")
-    axis = read_axis(b, x_ND.rank)
-    check_normalized_size(tb, x_ND, axis, OP)
-    check_scale_shape(scale_D, x_ND.shape, "input 1 'scale'")
-    scale_D = checked_like(tb, scale_D, x_ND, OP + ": input 1 'scale'")
+    x_ND, scale_D, axis = checked_inputs(b, tb, OP)  # simplified_layer_normalization.py
     epsilon = b.attr_float("epsilon", 1e-5)
     broadcast = scale_is_broadcast(scale_D, x_ND, axis)  # onnxruntime's double path
     y_ND, _ = rms_normalize(tb, x_ND, scale_D, epsilon, range(axis, x_ND.rank), x_ND.dtype, lanes=0 if broadcast else LANES, in_double=broadcast)

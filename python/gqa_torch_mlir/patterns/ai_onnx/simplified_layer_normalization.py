@@ -44,19 +44,7 @@ _OP = "SimplifiedLayerNormalization"
 
 @onnx_op("SimplifiedLayerNormalization", domain="", since=1)
 def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
-    x_ND = b.tensor(0, "X", required=True)
-    scale_D = b.tensor(1, "scale", required=True)
-    check_float_dtype(x_ND, "input 0 'X'")
-    if scale_D.dtype != x_ND.dtype:
-        raise Refusal(
-            f"type {scale_D.dtype} differs from X's {x_ND.dtype}; supported: the same type "
-            "(onnxruntime's CPU kernel reads scale as X's type)",
-            "input 1 'scale'",
-        )
-    axis = read_axis(b, x_ND.rank)
-    check_normalized_size(tb, x_ND, axis)
-    check_scale_shape(scale_D, x_ND.shape, "input 1 'scale'")
-    scale_D = checked_like(tb, scale_D, x_ND, _OP + ": input 1 'scale'")
+    x_ND, scale_D, axis = checked_inputs(b, tb, _OP)
     stash_type = b.attr_int("stash_type", 1)
     inv_std_requested = b.num_results > 1 and b.result_type_text(1) != "!torch.none"
     if stash_type not in STASH_TYPES and inv_std_requested:  # it types inv_std_var only (Y alone: any value)
@@ -70,6 +58,23 @@ def lower_simplified_layer_normalization(b: OpBinder, tb: TorchBuilder) -> List:
                                      in_double=broadcast)
     results = [y_ND, inv_std_N1][: b.num_results]
     return [b.declared_result(tb, i, t) for i, t in enumerate(results)]
+
+
+def checked_inputs(b: OpBinder, tb: TorchBuilder, op: str) -> Tuple[Tensor, Tensor, int]:
+    """X [N...,D...], scale (X's type, broadcast to X, checked) and the first normalized dim."""
+    x_ND = b.tensor(0, "X", required=True)
+    scale_D = b.tensor(1, "scale", required=True)
+    check_float_dtype(x_ND, "input 0 'X'")
+    if scale_D.dtype != x_ND.dtype:
+        raise Refusal(
+            f"type {scale_D.dtype} differs from X's {x_ND.dtype}; supported: the same type "
+            "(onnxruntime's CPU kernel reads scale as X's type)",
+            "input 1 'scale'",
+        )
+    axis = read_axis(b, x_ND.rank)
+    check_normalized_size(tb, x_ND, axis, op)
+    check_scale_shape(scale_D, x_ND.shape, "input 1 'scale'")
+    return x_ND, checked_like(tb, scale_D, x_ND, op + ": input 1 'scale'"), axis
 
 
 def check_float_dtype(t: Tensor, subject: str) -> None:
