@@ -7,6 +7,7 @@ import pytest
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.testing import tiers
 from gqa_torch_mlir.testing.standard_attention import RotaryConfig as R
 from gqa_torch_mlir.testing.standard_attention import make_rotary_inputs, make_rotary_model, run_onnxruntime
 
@@ -57,3 +58,24 @@ def test_position_out_of_range_is_a_run_time_error(backend):
     session = InferenceSession(make_rotary_model(cfg), backend=backend)
     with pytest.raises(Exception, match="position_ids must lie in"):
         session.run(None, feeds)
+
+
+def _random_config(rng: np.random.Generator) -> R:
+    """A configuration onnxruntime runs, drawn over every form the lowering branches on."""
+    Dh = int(rng.choice([4, 6, 8, 16]))
+    rank3 = bool(rng.random() < 0.5)
+    return R(
+        B=int(rng.integers(1, 4)), S=int(rng.integers(1, 6)), H=int(rng.integers(1, 4)), Dh=Dh, rank3=rank3,
+        num_heads_attr=True if rank3 else bool(rng.random() < 0.3), position_ids=bool(rng.random() < 0.7),
+        interleaved=bool(rng.random() < 0.5), rotary_embedding_dim=int(rng.choice([0, 2 * int(rng.integers(1, Dh // 2 + 1))])),
+        dtype=rng.choice([np.float32, np.float16]), M=int(rng.integers(6, 20)),
+    )
+
+
+@pytest.mark.parametrize("seed", range(tiers.count("GQA_PROPERTY_EXAMPLES", 8, 80)))
+def test_random_configurations(seed):
+    cfg = _random_config(np.random.default_rng(2000 + seed))
+    model, feeds = make_rotary_model(cfg), make_rotary_inputs(cfg, seed)
+    want = run_onnxruntime(model, feeds)["Y"]
+    have = InferenceSession(model, backend="refbackend").run(None, feeds)[0]
+    np.testing.assert_allclose(have.astype(np.float64), want.astype(np.float64), rtol=0, atol=1e-5 if cfg.dtype == np.float32 else 0)
