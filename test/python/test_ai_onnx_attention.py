@@ -59,6 +59,14 @@ CONFIGS = [
     C(dtype=np.float64, mask=M("float", "B11T", float_fill="neginf"), B=2, is_causal=True),
     C(dtype=np.float64, mask=M("bool", "BH1T", full_rows=True), B=2),
     C(dtype=np.float64, S=2, L=2, P=3, is_causal=True),
+    C(dtype=np.float64, mask=M("bool", "B1ST", short=2), B=2, opset=24),  # shorter: padded with -inf
+    C(dtype=np.float64, mask=M("float", "ST", short=1, float_fill="neginf"), opset=24, qk_matmul_output_mode=2),
+    C(dtype=np.float64, scale=0.0),  # uniform
+    C(dtype=np.float64, softmax_precision=1, is_causal=True),  # the softmax in float
+    C(dtype=np.float64, S=1, L=3, P=2, present=True, is_causal=True),  # the body applies the spec's mask
+    # f32 with a mask of another type: onnxruntime runs the function body, the mask added as f32
+    C(mask=M("float", "B1ST", dtype=np.int64), B=2),
+    C(mask=M("float", "1T", dtype=np.float16, float_fill="neginf"), is_causal=True, qk_matmul_output_mode=3),
     C(opset=24),
     C(opset=24, nonpad_kv_seqlen=True, B=3, L=6, S=4, is_causal=True),  # bottom-right at nonpad[b] - S
     C(opset=24, nonpad_kv_seqlen=True, B=3, S=1, L=8, nonpad_lens=(0, 3, 8)),  # 0: a zero row
@@ -66,7 +74,7 @@ CONFIGS = [
     C(opset=24, nonpad_kv_seqlen=True, B=2, present=True, mask=M("float", "ST"), qk_matmul_output_mode=3),
 ]
 # iree-cpu compiles each model: a spread of the forms above.
-IREE_CONFIGS = [CONFIGS[i] for i in (1, 4, 9, 10, 15, 17, 21, 25, 28, 31, 35)]
+IREE_CONFIGS = [CONFIGS[i] for i in (1, 4, 9, 10, 15, 17, 21, 25, 28, 31, 34, 39, 42)]
 
 
 def _check(cfg: C, backend: str, attention=None) -> None:
@@ -131,8 +139,12 @@ REFUSALS = [
     (C(P=2), "past_key/past_value are given but present_key/present_value are not requested"),
     (C(mask=M("bool", "B11T"), B=2), "input 3 'attn_mask': dimension -2 (the query length) 1 differs from 4"),
     (C(mask=M("bool", "T")), "input 3 'attn_mask': rank 1 is not supported"),
-    (C(mask=M("bool", "BHST", short=1), opset=24), "dimension -1 (3) is not the total sequence length (4)"),
-    (C(mask=M("float", "ST", dtype=np.float16)), "input 3 'attn_mask': type f16 is not supported"),
+    (C(mask=M("bool", "BHST", short=1), opset=24), "dimension -1 (3) is not supported; supported: exactly the total sequence length (4)"),
+    (C(dtype=np.float16, mask=M("float", "ST", dtype=np.float32)), "input 3 'attn_mask': type f32 with f16 inputs is not supported"),
+    (C(opset=24, nonpad_kv_seqlen=True, B=2, mask=M("float", "ST", dtype=np.int64)), "input 3 'attn_mask': type si64 with is_causal or nonpad_kv_seqlen is not supported"),
+    (C(mask=M("float", "ST", dtype=np.int64), is_causal=True), "input 3 'attn_mask': type si64 with is_causal or nonpad_kv_seqlen"),
+    (C(dtype=np.float64, attrs={"q_num_heads": 4, "kv_num_heads": 2}), "attribute 'q_num_heads': is given with 4-D inputs where onnxruntime runs the function body"),
+    (C(dtype=np.float64, scale=-0.5), "attribute 'scale': value -0.5 is not supported; supported: a finite value >= 0"),
     (C(S=1, L=3, P=2, present=True, is_causal=True), "onnxruntime skips the causal mask there, the spec applies it"),
     (C(opset=24, nonpad_kv_seqlen=True, P=2, present=True), "input 6 'nonpad_kv_seqlen': is given with past_key/past_value"),
     (C(attrs={"is_causal": 2}), "attribute 'is_causal': value 2 is not supported"),
@@ -156,24 +168,32 @@ def test_nonpad_out_of_range_is_a_run_time_error():
 
 
 def _random_config(rng: np.random.Generator) -> C:
-    """A configuration onnxruntime's kernel runs, drawn over every axis the lowering branches on."""
+    """A configuration onnxruntime runs (its kernel, or the function body for f64 and other mask types),
+    drawn over every axis the lowering branches on."""
     Hkv = int(rng.integers(1, 4))
     P = int(rng.choice([0, 0, 2, 5]))
     S = 1 if P and rng.random() < 0.4 else int(rng.integers(1, 6))
     L = 1 if (S == 1 and P) else int(rng.integers(1, 7))
     opset = int(rng.choice([23, 24]))
     nonpad = opset == 24 and not P and rng.random() < 0.5
+    dtype = rng.choice([np.float32, np.float32, np.float16, np.float64])
+    is_causal = bool(rng.random() < 0.5)
     mask = None
     if rng.random() < 0.6:
-        shape = str(rng.choice(["ST", "1ST", "HST", "BHST", "B1ST", "11ST", "1HST"]))
         kind = str(rng.choice(["bool", "float"]))
+        # an int64 mask runs the function body (refused with is_causal or nonpad: onnxruntime's differs from the spec)
+        other_type = kind == "float" and dtype == np.float32 and rng.random() < 0.3 and not nonpad and not is_causal
+        body = dtype == np.float64 or other_type
+        shapes = ["ST", "1ST", "HST", "BHST", "B1ST", "11ST", "1HST"] + (["T", "B11T", "BH1T", "1T"] if body else [])
         fill = str(rng.choice(["mixed", "normal", "neginf", "lowest"]))
-        mask = M(kind, shape, full_rows=bool(rng.random() < 0.3), float_fill=fill)
+        short = int(rng.integers(0, P + L)) if body and opset == 24 and rng.random() < 0.3 else 0
+        mask = M(kind, str(rng.choice(shapes)), short=short, full_rows=bool(rng.random() < 0.3), float_fill=fill,
+                 dtype=np.int64 if other_type else None)
     return C(
         B=int(rng.integers(1, 4)), S=S, L=L, P=P, H=Hkv * int(rng.choice([1, 2, 4])), Hkv=Hkv,
         Dh=int(rng.choice([4, 8, 16])), Dv=int(rng.choice([4, 8])) if rng.random() < 0.3 else None,
-        rank3=bool(rng.random() < 0.5), dtype=rng.choice([np.float32, np.float32, np.float16]),
-        scale=float(rng.uniform(0.1, 1.0)) if rng.random() < 0.3 else None, is_causal=bool(rng.random() < 0.5),
+        rank3=bool(rng.random() < 0.5), dtype=dtype,
+        scale=float(rng.uniform(0.1, 1.0)) if rng.random() < 0.3 else None, is_causal=is_causal,
         softcap=float(rng.uniform(0.5, 5.0)) if rng.random() < 0.3 else 0.0,
         qk_matmul_output_mode=int(rng.integers(0, 4)) if rng.random() < 0.4 else None, mask=mask,
         present=bool(P) or rng.random() < 0.3, opset=opset, nonpad_kv_seqlen=nonpad,

@@ -20,11 +20,11 @@ from typing import List
 
 from ....binder import OpBinder
 from ....builder import Tensor, TorchBuilder
-from ....registry import onnx_op
+from ....registry import Refusal, onnx_op
 from .compute import grouped_attention, sdpa_attention
 from .inputs import AttentionInputs, read_inputs
 from .masks import key_mask
-from .support import OUTPUTS, read_attributes
+from .support import OUTPUTS, read_attributes, runs_function_body
 
 
 @onnx_op("Attention", domain="", since=23)
@@ -38,8 +38,12 @@ def lower_attention_24(b: OpBinder, tb: TorchBuilder) -> List:
 
 
 def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
-    q = b.tensor(0, "Q", required=True)
-    attrs = read_attributes(b, opset, q.dtype)  # support.py
+    q, mask = b.tensor(0, "Q", required=True), b.tensor(3, "attn_mask")
+    body = runs_function_body(q.dtype, mask.dtype if mask is not None else None)
+    if body and q.dtype == "f16":
+        raise Refusal(f"type {mask.dtype} with f16 inputs is not supported; supported: bool or f16 (onnxruntime's kernel; "
+                      "it runs other masks through the op's function body, whose f16 softmax precision is its own)", "input 3 'attn_mask'")
+    attrs = read_attributes(b, opset, q.dtype, body)  # support.py
     ins = read_inputs(b, tb, attrs)  # inputs.py: heads first, shapes checked
     key_BHkvTDh, value_BHkvTDv = with_past(tb, ins)  # present = past ++ new: [B,Hkv,P,D] ++ [B,Hkv,L,D] -> [B,Hkv,T,D]
     P = tb.size(ins.past_key_BHkvPDh, 2) if ins.past_key_BHkvPDh is not None else 0
@@ -79,7 +83,7 @@ def append_rows(tb: TorchBuilder, past_BHkvPD: Tensor, new_BHkvLD: Tensor) -> Te
 def uses_sdpa(b: OpBinder, attrs, ins: AttentionInputs) -> bool:
     """The sdpa option, where SDPA's softmax(scale * Q.K^T + bias) is the op (see compute.sdpa_attention)."""
     return (b.options.attention == "sdpa" and attrs.softcap == 0 and attrs.qk_mode < 0 and ins.nonpad_B is None
-            and ins.value_BHkvLDv.shape[3] == ins.query_BHSDh.shape[3])
+            and ins.value_BHkvLDv.shape[3] == ins.query_BHSDh.shape[3] and ins.query_BHSDh.dtype != "f64")  # SDPA runs in f32
 
 
 def outputs(tb: TorchBuilder, b: OpBinder, ins: AttentionInputs, y_BHSDv: Tensor, key, value, qk) -> List:

@@ -22,7 +22,7 @@ import numpy as np
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, unless_empty
 from .masks import KeyMask
-from .support import AttentionAttributes, lowest
+from .support import AttentionAttributes, excluded_value
 
 
 def compute_dtype(dtype: str) -> str:
@@ -31,7 +31,7 @@ def compute_dtype(dtype: str) -> str:
 
 def effective_scale(attrs: AttentionAttributes, Dh: int) -> float:
     """The scale attribute, or 1/sqrt(Dh) computed in double then rounded to float (as onnxruntime)."""
-    return attrs.scale if attrs.scale else float(_f32(1.0 / math.sqrt(Dh)))
+    return attrs.scale if attrs.scale_given else float(_f32(1.0 / math.sqrt(Dh)))
 
 
 def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
@@ -56,9 +56,12 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     if mask is not None and mask.bias is not None:
         scores_BHST = stored(tb.add(scores_BHST, tb.to_dtype(mask.bias, ct)))
     if mask is not None and mask.nonpad_excluded is not None:
-        scores_BHST = tb.where_scalar_else(mask.nonpad_excluded, lowest(dtype), scores_BHST)
+        scores_BHST = tb.where_scalar_else(mask.nonpad_excluded, excluded_value(attrs, dtype), scores_BHST)
     stages[2] = scores_BHST
-    probs_BHST = softmax(tb, scores_BHST)
+    if attrs.softmax_f32:  # f64 asked to run its softmax in float
+        probs_BHST = tb.to_dtype(softmax(tb, tb.to_dtype(scores_BHST, "f32")), ct)
+    else:
+        probs_BHST = softmax(tb, scores_BHST)
     if mask is not None:
         probs_BHST = tb.where_scalar_else(mask.full_rows, 0.0, probs_BHST)  # onnxruntime's zero rows
     probs_BHST = stages[3] = stored(probs_BHST)
@@ -89,7 +92,7 @@ def sdpa_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor
     dtype, Dh = q_BHSDh.dtype, q_BHSDh.shape[3]
     q, k, v = (tb.to_dtype(t, "f32") for t in (q_BHSDh, k_BHkvTDh, v_BHkvTDv))
     scale = effective_scale(attrs, Dh)
-    if not math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=1e-7, abs_tol=0.0):
+    if scale == 0 or not math.isclose(scale, 1.0 / math.sqrt(Dh), rel_tol=1e-7, abs_tol=0.0):
         q = tb.mul_scalar(q, scale * math.sqrt(Dh))
     bias = tb.to_dtype(mask.bias, "f32") if mask is not None else None
     y_BHSDv = unless_empty(tb, q, k, lambda inner: inner.sdpa(q, k, v, bias, enable_gqa=True))

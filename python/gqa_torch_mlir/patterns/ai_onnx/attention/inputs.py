@@ -49,7 +49,7 @@ def read_inputs(b: OpBinder, tb: TorchBuilder, attrs: AttentionAttributes) -> At
     if H % Hkv:
         raise Refusal(f"q_num_heads ({H}) must be a multiple of kv_num_heads ({Hkv}) (onnxruntime rejects it)", "input 1 'K'")
     check_shapes(tb, q, k, v)
-    past_key, past_value = read_past(b, tb, k, v)
+    past_key, past_value = read_past(b, tb, k, v, attrs.body)
     nonpad = read_nonpad(b, tb, attrs, q, past_key)
     mask = b.tensor(3, INPUTS[3])
     return AttentionInputs(q, k, v, mask, past_key, past_value, nonpad, rank3, H, Hkv)
@@ -85,6 +85,9 @@ def split_heads(tb: TorchBuilder, attrs: AttentionAttributes, q: Tensor, k: Tens
 
 def check_head_attributes(attrs: AttentionAttributes, q: Tensor, k: Tensor) -> None:
     """4-D inputs: the head counts are dims 1 (static), and head attributes, if given, must agree."""
+    if attrs.body and (attrs.q_num_heads or attrs.kv_num_heads):
+        raise Refusal("is given with 4-D inputs where onnxruntime runs the function body, which then returns a 3-D Y "
+                      "(the spec: 4-D); supported: absent with 4-D inputs", f"attribute '{'q_num_heads' if attrs.q_num_heads else 'kv_num_heads'}'")
     for slot, t, name, value in ((0, q, "q_num_heads", attrs.q_num_heads), (1, k, "kv_num_heads", attrs.kv_num_heads)):
         if t.shape[1] is None:
             raise Refusal("dimension 1 (heads) is dynamic; supported: a static head count", subject(slot))
@@ -117,14 +120,14 @@ def same(tb: TorchBuilder, t: Tensor, d: int, other: Tensor, od: int, slot: int,
     tb.check_dim(t, d, tb.size(other, od), f"{OP}: {subject(slot)} {what} must match (onnxruntime rejects it)")
 
 
-def read_past(b: OpBinder, tb: TorchBuilder, k: Tensor, v: Tensor):
+def read_past(b: OpBinder, tb: TorchBuilder, k: Tensor, v: Tensor, body: bool):
     past_key, past_value = b.tensor(4, INPUTS[4]), b.tensor(5, INPUTS[5])
     if (past_key is None) != (past_value is None):
         missing = 5 if past_value is None else 4
         raise Refusal("is absent while the other past input is given; supported: both or neither", subject(missing))
     if past_key is None:
         return None, None
-    if k.dtype != "f64" and not (output_requested(b, 1) and output_requested(b, 2)):  # f64: the function body takes it
+    if not body and not (output_requested(b, 1) and output_requested(b, 2)):  # the function body takes it
         raise Refusal("past_key/past_value are given but present_key/present_value are not requested; supported: "
                       "both presents with a past (onnxruntime's f16/f32 kernel rejects it)", "output 1 'present_key'")
     refined = []

@@ -1,10 +1,14 @@
 """What the standard Attention lowering supports: its attributes read, each value lowered or refused by name.
 
-onnxruntime 1.32's CPU kernel is the oracle (f32 and f16; f64 runs the op's
-ONNX function body, whose semantics the lowering follows in f64).  Where
-the kernel accepts a value the spec gives another meaning (a negative
-softcap, a softmax precision other than the one it computes in), the value
-is refused by name rather than computed one way or the other.
+onnxruntime 1.32 is the oracle.  Its CPU kernel runs f32 and f16 with a
+boolean mask or one of Q's type; any other node (f64, or a mask of another
+type) runs the op's ONNX function body, the spec's own semantics, which take
+more (any mask broadcast, shorter masks at 24, a past without presents, scale
+0) and exclude keys with -inf rather than the lowest finite value.  Where
+onnxruntime accepts a value the spec gives another meaning (a negative
+softcap, a softmax precision other than the one it computes in, a negative
+scale run into NaN), the value is refused by name rather than computed one
+way or the other.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ INPUTS = ("Q", "K", "V", "attn_mask", "past_key", "past_value", "nonpad_kv_seqle
 OUTPUTS = ("Y", "present_key", "present_value", "qk_matmul_output")
 SUPPORTED_DTYPES = ("f32", "f16", "f64")  # bf16: onnxruntime has no CPU kernel
 # softmax_precision values computed as asked, by the type of Q: onnxruntime's kernel runs the softmax
-# of f16 and f32 in float; f64's function body runs it in double when asked (11).
-SOFTMAX_PRECISION = {"f16": (1,), "f32": (1,), "f64": (11,)}
+# of f16 and f32 in float; the function body runs f64's in float (1) or double (11).
+SOFTMAX_PRECISION = {"f16": (1,), "f32": (1,), "f64": (1, 11)}
 _ONNX_TYPE_NAMES = {1: "float", 10: "float16", 11: "double", 16: "bfloat16"}
 
 
@@ -37,16 +41,30 @@ class AttentionAttributes:
     opset: int
     q_num_heads: int  # 0: absent (4-D inputs)
     kv_num_heads: int
-    scale: float  # 0.0: absent (1/sqrt(head size))
+    scale: float  # 0.0: absent (1/sqrt(head size)) unless scale_given
     is_causal: bool
     softcap: float  # 0.0: none
     qk_mode: int  # -1: no qk_matmul_output requested
+    body: bool = False  # onnxruntime runs the op's function body (runs_function_body)
+    scale_given: bool = False
+    softmax_f32: bool = False  # f64 with softmax_precision 1: the softmax in float
 
 
-def read_attributes(b: OpBinder, opset: int, dtype: str) -> AttentionAttributes:
+def excluded_value(attrs: AttentionAttributes, dtype: str) -> float:
+    """What an excluded key's score becomes: the kernel's lowest finite value, or the function body's -inf."""
+    return float("-inf") if attrs.body else lowest(dtype)
+
+
+def runs_function_body(q_dtype: str, mask_dtype) -> bool:
+    """Whether onnxruntime runs the op's function body rather than its f16/f32 kernel."""
+    return q_dtype == "f64" or mask_dtype not in (None, "i1", q_dtype)
+
+
+def read_attributes(b: OpBinder, opset: int, dtype: str, body: bool = False) -> AttentionAttributes:
     scale = b.attr_float("scale", 0.0)
-    if b.has_attr("scale") and not (math.isfinite(scale) and scale > 0):
-        raise Refusal(f"value {scale} is not supported; supported: a finite value > 0 (onnxruntime rejects others)", "attribute 'scale'")
+    if b.has_attr("scale") and not (math.isfinite(scale) and (scale > 0 or (body and scale == 0))):
+        allowed = "a finite value >= 0 (the function body runs a negative one into NaN)" if body else "a finite value > 0 (onnxruntime's kernel rejects others)"
+        raise Refusal(f"value {scale} is not supported; supported: {allowed}", "attribute 'scale'")
     softcap = b.attr_float("softcap", 0.0)
     if not (math.isfinite(softcap) and softcap >= 0):
         raise Refusal(f"value {softcap} is not supported; supported: 0 (none) or a finite value > 0", "attribute 'softcap'")
@@ -58,7 +76,8 @@ def read_attributes(b: OpBinder, opset: int, dtype: str) -> AttentionAttributes:
     for name, value in zip(("q_num_heads", "kv_num_heads"), heads):
         if value < 0:
             raise Refusal(f"value {value} is not supported; supported: a count >= 1", f"attribute '{name}'")
-    return AttentionAttributes(opset, heads[0], heads[1], scale, bool(is_causal), softcap, qk_mode(b))
+    softmax_f32 = dtype == "f64" and b.has_attr("softmax_precision") and b.attr_int("softmax_precision") == 1
+    return AttentionAttributes(opset, heads[0], heads[1], scale, bool(is_causal), softcap, qk_mode(b), body, b.has_attr("scale"), softmax_f32)
 
 
 def check_softmax_precision(b: OpBinder, dtype: str) -> None:
