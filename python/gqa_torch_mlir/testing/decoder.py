@@ -42,7 +42,7 @@ class Decoder:
             self.layers, self.kv_heads, self.head_size = _cache_geometry(self.path, graph)
             self.vocab_size = _logits_width(graph)
         elif not directory.is_dir():
-            raise GqaTorchMlirError(f"'{directory}' is neither a directory nor an ONNX file (an onnxruntime-genai model builder output, or a decoder .onnx, is expected)")
+            raise GqaTorchMlirError(f"'{directory}' is not a directory (an onnxruntime-genai model builder output) nor a decoder .onnx file")
         else:
             model = _read_config(directory / "genai_config.json")
             config = _section(model, "decoder", "model")
@@ -158,7 +158,8 @@ def _cache_geometry(path: Path, graph):
         raise GqaTorchMlirError(f"'{path}' has no genai_config.json and no past_key_values.<layer>.key inputs: not a decoder with a KV cache")
     dims = past[0].type.tensor_type.shape.dim
     if len(dims) != 4 or not all(dims[i].HasField("dim_value") for i in (1, 3)):
-        raise GqaTorchMlirError(f"'{path}': {past[0].name} must be [batch, kv_heads, past, head_size] with static kv_heads and head_size")
+        raise GqaTorchMlirError(f"'{path}' comes with no genai_config.json, and its {past[0].name} has no static kv_heads and head_size "
+                                "(dims 1 and 3 of [batch, kv_heads, past, head_size]) to read them from")
     return len(past), dims[1].dim_value, dims[3].dim_value
 
 
