@@ -213,7 +213,7 @@ def _attention(node, attrs, x):  # Y, present_key, present_value, qk_matmul_outp
 
 _OUTPUT_TYPES = {
     ("", "Attention"): _attention,
-    ("com.microsoft", "RotaryEmbedding"): lambda node, attrs, x: None if x(0) is None else [x(0)],  # left to torch-mlir
+    ("com.microsoft", "RotaryEmbedding"): lambda node, attrs, x: None if x(0) is None else [x(0)],  # output: the input's type
     ("com.microsoft", "MatMulNBits"): _matmul_nbits,
     ("com.microsoft", "SkipSimplifiedLayerNormalization"): _skip_simplified_layer_norm,
     ("", "SimplifiedLayerNormalization"): _simplified_layer_norm,

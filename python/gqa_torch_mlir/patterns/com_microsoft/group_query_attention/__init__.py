@@ -3,7 +3,7 @@
 The driver below reads top-down; each step lives in a module of its own:
   support.py          the op's inputs and attributes: what is lowered, static checks, refusals
   shapes.py           one batch/sequence size for all inputs; head dims (run-time checked)
-  positions.py        past lengths, token positions, rotary rows and rotation
+  positions.py        past lengths, token positions, rotary rows (the rotation: patterns/common/rotary.py)
   heads.py            Q/K/V into heads
   checks.py           run-time checks of the lengths onnxruntime checks
   kv_cache.py         growing cache and fixed-capacity buffer (the cache update)

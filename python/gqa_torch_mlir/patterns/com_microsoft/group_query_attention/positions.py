@@ -1,4 +1,4 @@
-"""Where the step's tokens sit: past lengths, absolute positions, rotary rows and the rotation itself."""
+"""Where the step's tokens sit: past lengths, absolute positions and rotary rows (the rotation: patterns/common/rotary.py)."""
 
 from __future__ import annotations
 
