@@ -1,14 +1,14 @@
-"""One-node ONNX models of the standard (``ai.onnx``) LLM ops and numpy references.
+"""One-node ONNX models of the standard (``ai.onnx``) LLM ops, their inputs, and onnxruntime runs.
 
 Covers ``Attention`` (opset 23 and 24), ``RotaryEmbedding`` (23),
 ``RMSNormalization`` (23) and ``TensorScatter`` (24).  For each op there is a
 frozen config dataclass, ``make_*_model(cfg)`` building a one-node model whose
 graph inputs/outputs are named after the op's slots, ``make_*_inputs(cfg, rng)``
-making random feeds, and ``*_reference(cfg, feeds)``, a float64 numpy
-implementation used to cross-check onnxruntime (the test oracle).
+making random feeds; onnxruntime's CPU provider is the oracle
+(docs/standard_attention.md says what its kernels compute).
 
-The Attention entry points keep the short names ``make_model``,
-``make_inputs`` and ``reference``.  :func:`run_onnxruntime` runs any of the
+The Attention entry points keep the short names ``make_model`` and
+``make_inputs``.  :func:`run_onnxruntime` runs any of the
 models on onnxruntime's CPU provider (one thread, no graph optimisation).
 
 Attention dimension letters:
@@ -26,36 +26,6 @@ Layouts: 4-D ``Q (B,H,S,Dh)``, ``K (B,Hkv,L,Dh)``, ``V (B,Hkv,L,Dv)``; 3-D
 (``rank3=True``, with ``q_num_heads``/``kv_num_heads`` attributes)
 ``Q (B,S,H*Dh)``, ``K (B,L,Hkv*Dh)``, ``V (B,L,Hkv*Dv)``; ``past_*``/``present_*``
 are always 4-D ``(B,Hkv,P|T,D)``; ``qk_matmul_output (B,H,S,T)``.
-
-``reference(..., flavor=...)``:
-
-* ``"spec"`` follows the ONNX spec text (opset 23/24 with its errata):
-  scale, softcap, then the additive bias (mask + causal + nonpad padding),
-  softmax, fully-masked rows give zero rows, causal alignment bottom-right with
-  ``offset = P`` (past), ``nonpad_kv_seqlen[b] - S`` (opset 24 external cache)
-  or 0.
-* ``"onnxruntime"`` reproduces onnxruntime 1.32's CPU provider: float16 bit-exact
-  (rarely 1 ulp off), float32 within a few ulp (checked on the probe grid and a
-  600-case random sweep, /work/notes/ort_standard_ops.md).  The float32/float16
-  kernel (used when attn_mask is bool or of Q's dtype) differs from ``"spec"``
-  only in:
-
-  - bool-mask, causal and nonpad exclusions hold the finite sentinel
-    ``lowest(dtype)``, not ``-inf`` (visible in mode-2 ``qk_matmul_output``);
-    the causal exclusion *replaces* the mask value there;
-  - a row is zeroed when every bias entry is ``<= lowest``, so a float-mask
-    row of ``lowest`` also gives zeros (spec: uniform average);
-  - ``is_causal`` is ignored when ``S == 1`` and ``P > 0``, so with ``L > 1``
-    that query also sees the later new keys;
-  - ``softcap <= 0`` is ignored;
-  - every stage is rounded to the I/O dtype (scale*QK, softcap, scores,
-    probabilities), except that the mask is added inside the QK GEMM (one
-    rounding) when there is a mask or causal buffer, no softcap and no
-    mode-0/1 snapshot.
-
-  Anything else (float64, int or other-float masks) runs the ONNX function
-  body: ``"spec"`` semantics, with ``sqrt(scale)`` computed in float32 and
-  applied to Q and K before the matmul.
 """
 
 from __future__ import annotations
@@ -74,23 +44,19 @@ __all__ = [
     "ATTENTION_OUTPUTS",
     "make_model",
     "make_inputs",
-    "reference",
     # RotaryEmbedding
     "RotaryConfig",
     "make_rotary_model",
     "make_rotary_inputs",
-    "rotary_reference",
     # RMSNormalization
     "RMSNormConfig",
     "make_rmsnorm_model",
     "make_simplified_layernorm_model",
     "make_rmsnorm_inputs",
-    "rmsnorm_reference",
     # TensorScatter
     "TensorScatterConfig",
     "make_tensorscatter_model",
     "make_tensorscatter_inputs",
-    "tensorscatter_reference",
     # running
     "run_onnxruntime",
     "onnx_elem_type",
@@ -370,152 +336,6 @@ def make_inputs(cfg: AttentionConfig, rng: np.random.Generator | int | None = No
     return feeds
 
 
-def _to_bhsd(x: np.ndarray, heads: int, rank3: bool) -> np.ndarray:
-    if not rank3:
-        return x
-    b, s, hd = x.shape
-    return x.reshape(b, s, heads, hd // heads).transpose(0, 2, 1, 3)
-
-
-def _softmax_rows(scores: np.ndarray, zero_full_rows: bool) -> np.ndarray:
-    """Softmax over the last axis in float64; rows whose max is -inf give 0 (or NaN)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        m = scores.max(axis=-1, keepdims=True)
-        e = np.exp(scores - m)
-        p = e / e.sum(axis=-1, keepdims=True)
-    if zero_full_rows:
-        p = np.where(np.isneginf(m), 0.0, p)
-    return p
-
-
-def reference(cfg: AttentionConfig, feeds: dict[str, np.ndarray], flavor: str = "spec") -> dict[str, np.ndarray]:
-    """float64 numpy Attention; returns the outputs :func:`make_model` requests, cast to ``cfg.dtype``.
-
-    ``flavor`` ``"spec"`` or ``"onnxruntime"`` (see the module docstring).
-    """
-    if flavor not in ("spec", "onnxruntime"):
-        raise ValueError(flavor)
-    # onnxruntime's kernel: T in {float32, float16} and attn_mask bool or T; anything else
-    # (float64, other mask dtypes) runs the ONNX function body instead.
-    ort_kernel = (
-        flavor == "onnxruntime"
-        and cfg.np_dtype in (np.dtype(np.float32), np.dtype(np.float16))
-        and (cfg.mask is None or cfg.mask.np_dtype(cfg) in (np.dtype(np.bool_), cfg.np_dtype))
-    )
-    ort_function = flavor == "onnxruntime" and not ort_kernel
-    f64 = np.float64
-    B, S, L, P, H, Hkv, Dh = cfg.B, cfg.S, cfg.L, cfg.P, cfg.H, cfg.Hkv, cfg.Dh
-    T = P + L
-    q = _to_bhsd(feeds["Q"].astype(f64), H, cfg.rank3)
-    k = _to_bhsd(feeds["K"].astype(f64), Hkv, cfg.rank3)
-    v = _to_bhsd(feeds["V"].astype(f64), Hkv, cfg.rank3)
-    if P:
-        k = np.concatenate([feeds["past_key"].astype(f64), k], axis=2)
-        v = np.concatenate([feeds["past_value"].astype(f64), v], axis=2)
-    present_k, present_v = k, v
-    if H % Hkv:
-        raise ValueError("H must be a multiple of Hkv")
-    group = H // Hkv
-    k = np.repeat(k, group, axis=1)  # query head h uses kv head h // group
-    v = np.repeat(v, group, axis=1)
-    io_dt = cfg.np_dtype
-
-    def rnd(x: np.ndarray) -> np.ndarray:
-        """onnxruntime's kernel stores every stage in the I/O dtype."""
-        if not ort_kernel:
-            return x
-        with np.errstate(over="ignore", invalid="ignore"):
-            return x.astype(io_dt).astype(f64)
-
-    scale = cfg.scale if cfg.scale is not None else 1.0 / np.sqrt(Dh)
-    if ort_function:
-        # the function body computes sqrt(scale) in float32 and scales Q and K by it
-        f32 = np.float32
-        s32 = f32(cfg.scale) if cfg.scale is not None else f32(1.0) / np.sqrt(f32(Dh))
-        root = f64(np.sqrt(s32))
-        qk = np.einsum("bhsd,bhtd->bhst", q * root, k * root)
-    else:
-        qk = scale * np.einsum("bhsd,bhtd->bhst", q, k)
-    qk_unrounded = qk
-    qk = rnd(qk)
-    out_qk = {0: qk}
-    softcap = f64(np.float32(cfg.softcap))
-    if softcap > 0 or (softcap and not ort_kernel):  # the kernel ignores softcap <= 0
-        qk = rnd(softcap * np.tanh(qk / softcap))
-    out_qk[1] = qk
-
-    excluded = np.finfo(io_dt).min if ort_kernel else -np.inf  # value of a disallowed position
-    bias = np.zeros((B, H, S, T), dtype=f64)
-    if "attn_mask" in feeds and cfg.mask is not None:
-        m = feeds["attn_mask"]
-        if m.dtype == np.bool_:
-            mb = np.where(m, 0.0, excluded)
-        else:
-            mb = m.astype(f64)
-        short = T - m.shape[-1]
-        if short > 0:
-            pad = [(0, 0)] * (m.ndim - 1) + [(0, short)]
-            mb = np.pad(mb, pad, constant_values=-np.inf)
-        bias = bias + np.broadcast_to(mb, (B, H, S, T))
-    lens = feeds.get("nonpad_kv_seqlen") if cfg.nonpad_kv_seqlen else None
-    rows = np.arange(S)[:, None]
-    cols = np.arange(T)[None, :]
-    # onnxruntime's kernel skips causal masking whenever S == 1 and P > 0 (even when L > 1)
-    if cfg.is_causal and not (ort_kernel and S == 1 and P > 0):
-        for b in range(B):
-            if P:
-                offset = P
-            elif lens is not None:
-                offset = int(lens[b]) - S
-            else:
-                offset = 0
-            disallowed = cols > rows + offset
-            if ort_kernel:
-                bias[b] = np.where(disallowed, excluded, bias[b])  # overlay (replaces the mask value)
-            else:
-                bias[b] = bias[b] + np.where(disallowed, -np.inf, 0.0)
-    scores = qk + bias
-    if ort_kernel:
-        # With a mask/causal buffer, no softcap and no mode-0/1 snapshot, the kernel folds the
-        # mask into the QK GEMM (beta=1): one rounding of scale*QK + mask instead of two.
-        has_bias_buffer = cfg.mask is not None or (cfg.is_causal and not (S == 1 and P > 0))
-        if has_bias_buffer and not softcap > 0 and cfg.qk_matmul_output_mode not in (0, 1):
-            scores = qk_unrounded + bias
-    if lens is not None:
-        for b in range(B):
-            if ort_kernel:
-                scores[b, :, :, int(lens[b]) :] = excluded  # overwritten after the mask add
-            else:
-                scores[b, :, :, int(lens[b]) :] = -np.inf
-    out_qk[2] = scores
-    if ort_kernel:
-        # a row whose every bias entry (mask, causal, nonpad) is <= lowest (-inf or the sentinel) -> 0
-        excl = bias <= excluded
-        if lens is not None:
-            excl = excl | (cols[None, None] >= lens.reshape(B, 1, 1, 1))
-        full = excl.all(axis=-1, keepdims=True)
-        scores = rnd(scores)  # the kernel holds the scores in the I/O dtype
-        probs = rnd(np.where(full, 0.0, _softmax_rows(scores, zero_full_rows=False)))
-    else:
-        probs = _softmax_rows(scores, zero_full_rows=True)  # a row whose every bias is -inf -> 0
-    out_qk[3] = probs
-    y = np.einsum("bhst,bhtd->bhsd", probs, v)
-    if cfg.rank3:
-        y = y.transpose(0, 2, 1, 3).reshape(B, S, H * cfg.dv)
-
-    def cast(x: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return x.astype(io_dt)
-
-    result = {"Y": cast(y)}
-    if cfg.present:
-        result["present_key"] = cast(present_k)
-        result["present_value"] = cast(present_v)
-    if cfg.qk_matmul_output_mode is not None:
-        result["qk_matmul_output"] = cast(out_qk[int(cfg.qk_matmul_output_mode)])
-    return result
-
-
 # ---------------------------------------------------------------------------
 # RotaryEmbedding (opset 23)
 # ---------------------------------------------------------------------------
@@ -597,38 +417,6 @@ def make_rotary_inputs(cfg: RotaryConfig, rng: np.random.Generator | int | None 
     return {k: feeds[k] for k in ("X", "cos_cache", "sin_cache", "position_ids") if k in feeds}
 
 
-def rotary_reference(cfg: RotaryConfig, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """float64 transcription of the spec's reference function."""
-    x = feeds["X"].astype(np.float64)
-    cos = feeds["cos_cache"].astype(np.float64)
-    sin = feeds["sin_cache"].astype(np.float64)
-    if "position_ids" in feeds:
-        cos = cos[feeds["position_ids"]]
-        sin = sin[feeds["position_ids"]]
-    shape = x.shape
-    if x.ndim == 4:
-        x = x.transpose(0, 2, 1, 3)
-    else:
-        x = x.reshape(shape[0], shape[1], cfg.H, shape[2] // cfg.H)
-    r = cfg.R
-    xr, xp = x[..., :r], x[..., r:]
-    cos = cos[:, :, None, :]
-    sin = sin[:, :, None, :]
-    if cfg.interleaved:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-    else:
-        x1, x2 = xr[..., : r // 2], xr[..., r // 2 :]
-    real = cos * x1 - sin * x2
-    imag = sin * x1 + cos * x2
-    if cfg.interleaved:
-        xr = np.stack([real, imag], axis=-1).reshape(xr.shape)
-    else:
-        xr = np.concatenate([real, imag], axis=-1)
-    y = np.concatenate([xr, xp], axis=-1)
-    y = y.reshape(shape) if len(shape) == 3 else y.transpose(0, 2, 1, 3)
-    return {"Y": y.astype(cfg.dtype)}
-
-
 # ---------------------------------------------------------------------------
 # RMSNormalization (opset 23)
 # ---------------------------------------------------------------------------
@@ -706,14 +494,6 @@ def make_rmsnorm_inputs(cfg: RMSNormConfig, rng: np.random.Generator | int | Non
     return {"X": x, "scale": scale}
 
 
-def rmsnorm_reference(cfg: RMSNormConfig, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    x = feeds["X"].astype(np.float64)
-    axes = tuple(range(cfg.norm_axis, x.ndim))
-    rms = np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + cfg.eps)
-    y = (x / rms) * feeds["scale"].astype(np.float64)
-    return {"Y": y.astype(cfg.s_dtype)}
-
-
 # ---------------------------------------------------------------------------
 # TensorScatter (opset 24)
 # ---------------------------------------------------------------------------
@@ -782,27 +562,6 @@ def make_tensorscatter_inputs(
     if cfg.write_indices is not None:
         feeds["write_indices"] = np.asarray(cfg.write_indices, dtype=np.int64)
     return feeds
-
-
-def tensorscatter_reference(cfg: TensorScatterConfig, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The spec's pseudocode; raises ValueError for a linear write past the end."""
-    past = feeds["past_cache"]
-    upd = feeds["update"]
-    axis = cfg.norm_axis
-    out = past.copy()
-    max_len = past.shape[axis]
-    seq = upd.shape[axis]
-    wi = feeds.get("write_indices", np.zeros(past.shape[0], dtype=np.int64))
-    circular = cfg.mode == "circular"
-    for prefix in np.ndindex(*past.shape[:axis]):
-        for s in range(seq):
-            idx = int(wi[prefix[0]]) + s
-            if circular:
-                idx %= max_len
-            elif not 0 <= idx < max_len:
-                raise ValueError(f"linear write index {idx} outside [0, {max_len})")
-            out[prefix + (idx,)] = upd[prefix + (s,)]
-    return {"present_cache": out}
 
 
 # ---------------------------------------------------------------------------

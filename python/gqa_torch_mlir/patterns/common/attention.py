@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...builder import Tensor, TorchBuilder
+from ...builder import Dim, Tensor, TorchBuilder
 
 
 def unless_empty(tb: TorchBuilder, query_BHSDh: Tensor, key_BHkvTDh: Tensor, attend) -> Tensor:
@@ -40,3 +40,8 @@ def soft_cap(tb: TorchBuilder, scores: Tensor, cap: float) -> Tensor:
     series = tb.mul(y, tb.add_float(tb.mul(y2, inner), 1.0))  # y (1 + y^2 (...))
     small = tb.lt_float(tb.abs(y), _TANH_SERIES_BELOW)
     return tb.mul_scalar(tb.where(small, series, tb.tanh(y)), cap)
+
+
+def static_or_neg1(d: Dim) -> int:
+    """A size for ``unflatten``: the static size, or -1 (inferred) for a dynamic one."""
+    return d if isinstance(d, int) else -1

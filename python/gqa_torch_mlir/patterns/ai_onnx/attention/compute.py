@@ -19,8 +19,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ....builder import Dim, Tensor, TorchBuilder
-from ...common.attention import soft_cap, unless_empty
+from ....builder import Tensor, TorchBuilder
+from ...common.attention import soft_cap, static_or_neg1, unless_empty
 from .masks import KeyMask
 from .support import AttentionAttributes, excluded_value
 
@@ -47,7 +47,7 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     q, k, v = (tb.to_dtype(t, ct) for t in (q_BHSDh, k_BHkvTDh, v_BHkvTDv))
     q_BHkvGSDh = tb.flatten(tb.unflatten(q, 1, [Hkv, G]), 2, 3)  # [B,H,S,Dh] -> [B,Hkv,G,S,Dh] -> [B,Hkv,G*S,Dh]
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
-    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, _static_or_neg1(S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
+    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, static_or_neg1(S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
     stages = {}
     scores_BHST = stages[0] = stored(tb.mul_scalar(scores_BHST, effective_scale(attrs, q.shape[3])))
     if attrs.softcap > 0:
@@ -67,7 +67,7 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     probs_BHST = stages[3] = stored(probs_BHST)
     probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
     y_BHkvGSDv = tb.matmul(probs_BHkvGST, v)  # x [B,Hkv,T,Dv] -> [B,Hkv,G*S,Dv]
-    y_BHSDv = tb.flatten(tb.unflatten(y_BHkvGSDv, 2, [G, _static_or_neg1(S)]), 1, 2)  # -> [B,H,S,Dv]
+    y_BHSDv = tb.flatten(tb.unflatten(y_BHkvGSDv, 2, [G, static_or_neg1(S)]), 1, 2)  # -> [B,H,S,Dv]
     qk = tb.to_dtype(stages[attrs.qk_mode], dtype) if attrs.qk_mode >= 0 else None
     return tb.to_dtype(y_BHSDv, dtype), qk
 
@@ -100,9 +100,6 @@ def sdpa_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor
         y_BHSDv = tb.where_scalar_else(mask.full_rows, 0.0, y_BHSDv)
     return tb.to_dtype(y_BHSDv, dtype)
 
-
-def _static_or_neg1(d: Dim) -> int:
-    return d if isinstance(d, int) else -1
 
 
 def _f32(x: float) -> float:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ....builder import Dim, Tensor, TorchBuilder
-from ...common.attention import soft_cap, unless_empty
+from ....builder import Tensor, TorchBuilder
+from ...common.attention import soft_cap, static_or_neg1, unless_empty
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
 from .positions import valid_query_rows
@@ -85,7 +85,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
     if factors[0] is not None:
         scores_BHkvGST = tb.mul(scores_BHkvGST, factors[0])  # x k_scale [1]
-    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
+    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
     scores_BHST = tb.mul_scalar(scores_BHST, effective_scale(attrs, ins.head_size))
     if attrs.softcap > 0:
         scores_BHST = soft_cap(tb, scores_BHST, attrs.softcap)
@@ -97,7 +97,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs))  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
     if factors[1] is not None:
         attn_BHkvGSDh = tb.mul(attn_BHkvGSDh, factors[1])  # x v_scale [1]
-    attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, _static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
+    attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
         raw = scores_BHST if attrs.qk_output == 1 else probs_BHST  # masked columns hold 0, as onnxruntime's (even in a NaN row)
@@ -150,6 +150,3 @@ def qk_columns(tb, qk_BHST: Tensor, step: Step, ins: GqaInputs) -> Tensor:
     total = tb.item(step.total)
     return tb.slice(qk_BHST, 3, 0, total)
 
-
-def _static_or_neg1(d: Dim) -> int:
-    return d if isinstance(d, int) else -1
