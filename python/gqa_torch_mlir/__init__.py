@@ -4,7 +4,8 @@
 Entry points:
   compile(model, output_type=...)   ONNX -> torch / torch-backend / linalg-on-tensors module
   InferenceSession(model)           compile and run on the reference backend, onnxruntime-style
-  passes.add_pass(pm)               the ``convert-onnx-gqa-to-torch`` pass for your own PassManager
+  passes.add_guard_pass(pm), passes.add_pass(pm)
+                                    ``guard-onnx-indices``, ``convert-onnx-gqa-to-torch`` for your own PassManager
   registry.onnx_op(...)             register another ONNX op lowering
 """
 

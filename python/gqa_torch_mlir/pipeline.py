@@ -4,6 +4,7 @@ Stages, each a PassManager run whose failure names the stage and gives a
 one-line command reproducing it on a saved copy of its input:
 
   import               torch-mlir's ONNX importer (no onnx.checker: contrib ops pass)
+  guard-onnx-indices   our index guards: Gather/Scatter indices checked and clamped (guards/)
   convert-onnx-gqa-to-torch   our registered lowerings (must precede the next one)
   torch                func.func(convert-torch-onnx-to-torch): every other ONNX op
   torch-backend        torch-onnx-to-torch-backend-pipeline (backend contract; flatten/unflatten kept)
@@ -23,7 +24,7 @@ from .context import make_context
 from .errors import CompileStageError, GqaTorchMlirError
 from .preimport import prepare_for_import
 from .options import LoweringOptions
-from .passes import PASS_ARGUMENT, add_pass  # (importing passes registers the lowerings)
+from .passes import GUARD_ARGUMENT, PASS_ARGUMENT, PYTHON_PASSES  # (importing passes registers the lowerings)
 from .repro import repro_command
 
 OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
@@ -36,8 +37,9 @@ OUTPUT_TYPES = ("torch", "torch-backend", "linalg-on-tensors")
 # dynamic size.
 LINALG_BACKEND_LEGAL_OPS = ("aten.flatten.using_ints", "aten.unflatten.int")
 
-# (stage name, textual pipeline elements or None for our Python pass, last output type it completes)
+# (stage name, textual pipeline elements or None for our Python pass of that name, last output type it completes)
 STAGES = [
+    (GUARD_ARGUMENT, None, None),
     (PASS_ARGUMENT, None, None),
     ("torch", "func.func(convert-torch-onnx-to-torch),canonicalize", "torch"),
     ("torch-backend", f"torch-onnx-to-torch-backend-pipeline{{backend-legal-ops={','.join(LINALG_BACKEND_LEGAL_OPS)}}}", "torch-backend"),
@@ -134,12 +136,12 @@ def run_stage(module, stage: str, pipeline: Optional[str], options: Optional[Low
         input_asm = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
         pm = PassManager("builtin.module")
         if pipeline is None:
-            add_pass(pm, options)
+            PYTHON_PASSES[stage](pm, options)
         else:
             pm.add(pipeline)
         try:
             pm.run(module.operation)
         except Exception as e:
-            ours = PASS_ARGUMENT if options is None else f"{PASS_ARGUMENT}=attention={options.attention}"
+            ours = f"{PASS_ARGUMENT}=attention={options.attention}" if options is not None and stage == PASS_ARGUMENT else stage
             full = ours if pipeline is None else f"builtin.module({pipeline})"
             raise CompileStageError(stage, str(e), repro_command(stage, input_asm, full)) from None

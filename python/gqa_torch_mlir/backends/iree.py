@@ -8,8 +8,9 @@
     ONNX model, loaded and shape-inferred as :mod:`gqa_torch_mlir.pipeline`
     does, is imported into that context with the torch-mlir ONNX importer IREE
     ships as ``iree.compiler.extras.onnx_importer``.
-``convert-onnx-gqa-to-torch``
-    :func:`gqa_torch_mlir.passes.apply_lowerings` runs on IREE's module, as
+``guard-onnx-indices``, ``convert-onnx-gqa-to-torch``
+    :func:`gqa_torch_mlir.passes.apply_guards`, then
+    :func:`~gqa_torch_mlir.passes.apply_lowerings`, run on IREE's module, as
     is: it takes the ``ir``/``rewrite`` modules of IREE's bindings from the op
     and builds with the generic ``Operation.create``.  Refusals raise
     :class:`LoweringError` (its message ends with a repro command); the
@@ -77,7 +78,7 @@ from iree.compiler.extras import onnx_importer
 from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
 from ..preimport import prepare_for_import
 from ..options import LoweringOptions
-from ..passes import PASS_ARGUMENT, apply_lowerings
+from ..passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerings
 from ..pipeline import ModelLike, load_model
 from ..repro import repro_command, save_stage_input
 
@@ -252,7 +253,7 @@ class IreeCpuBackend:
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
-            refused = apply_lowerings(module.operation, options=self.options) if self.plugin else []
+            failed, refused = self._run_our_passes(module) if self.plugin else (None, [])
             invalid = None
             if not refused:
                 try:
@@ -261,16 +262,24 @@ class IreeCpuBackend:
                     invalid = f"{e}\n{diagnostics.take()}".strip()
         finally:
             diagnostics.detach()
+        ours = f"builtin.module({GUARD_ARGUMENT},{PASS_ARGUMENT})"
         if refused:
-            repro = repro_command(PASS_ARGUMENT, _asm(self._import(proto)[1]), PASS_ARGUMENT)
+            repro = repro_command(failed, _asm(self._import(proto)[1]), ours)
             lines = "\n".join(f"error: {r}" for r in refused)
-            raise LoweringError(f"{PASS_ARGUMENT} failed:\n{lines}\nreproduce with:\n  {repro}", [str(r) for r in refused])
+            raise LoweringError(f"{failed} failed:\n{lines}\nreproduce with:\n  {repro}", [str(r) for r in refused])
         if invalid is not None:
-            repro = repro_command(PASS_ARGUMENT, _asm(self._import(proto)[1]), PASS_ARGUMENT)
+            repro = repro_command(PASS_ARGUMENT, _asm(self._import(proto)[1]), ours)
             raise CompileStageError(PASS_ARGUMENT, f"the module does not verify after the pass: {invalid}", repro)
         function = ir.StringAttr(self._main_function(module).attributes["sym_name"]).value
         output_dtypes = [_onnx_dtype(o.type.tensor_type.elem_type) for o in proto.graph.output]
         return LoweredModule(session, module, function, output_dtypes, proto)
+
+    def _run_our_passes(self, module) -> Tuple[Optional[str], list]:
+        """guard-onnx-indices, then convert-onnx-gqa-to-torch, on IREE's module: (the pass that refused, refusals)."""
+        refused = apply_guards(module.operation)
+        if refused:
+            return GUARD_ARGUMENT, refused
+        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options)
 
     def compile_lowered(self, lowered: LoweredModule) -> bytes:
         """IREE's compilation of a lowered module to a VM flatbuffer (in place: consumes the module).

@@ -11,7 +11,6 @@ once a step changes it, and what one step leaves for a later one).
   loops.py             Loop nodes in the form torch-mlir's Loop conversion takes
   shapes.py            shape inference past our contrib ops
   outputs.py           declared graph output shapes released for inference, then typed
-  constant_indices.py  constant Gather/Scatter indices checked against static dims
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import onnx
 
 from .checks import (check_contrib_domains, check_external_data_loaded, check_graph_input_types, check_nodes,
                      check_tensor_types, check_unique_names, check_values_defined, check_versions)
-from .constant_indices import check_constant_indices
 from .forms import (default_domain_alias_resolved, graph_forms_normalized, local_functions_inlined, tensor_storage_normalized,
                     unnamed_nodes_labelled, with_node_domains_imported)
 from .graph import all_graphs, default_opset
@@ -87,6 +85,9 @@ def infer_shapes(p: Preparation) -> None:
 
 
 def check_indices(p: Preparation) -> None:
+    """Constant Gather/Scatter indices against static dims: the index guards' table owns the check."""
+    from ..guards.indices import check_constant_indices  # (late: guards/indices.py reads graph.py, in this package)
+
     check_constant_indices(p.proto.graph)
 
 

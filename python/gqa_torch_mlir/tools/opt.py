@@ -1,4 +1,4 @@
-"""``gqa-torch-mlir-opt``: torch-mlir-opt plus ``--convert-onnx-gqa-to-torch``.
+"""``gqa-torch-mlir-opt``: torch-mlir-opt plus our passes (``--guard-onnx-indices``, ``--convert-onnx-gqa-to-torch``).
 
 Usage mirrors torch-mlir-opt::
 
@@ -6,8 +6,8 @@ Usage mirrors torch-mlir-opt::
                        [--<pass>[=<options>] ...] | [--pass-pipeline='builtin.module(...)']
 
 Pass flags run in the order given, nested on func.func automatically when the
-pass is anchored there (as mlir-opt does).  ``convert-onnx-gqa-to-torch`` may
-appear as a flag or inside a ``--pass-pipeline`` string.  Errors go to stderr
+pass is anchored there (as mlir-opt does).  Our passes (passes.PYTHON_PASSES)
+may appear as flags or inside a ``--pass-pipeline`` string.  Errors go to stderr
 as ``file:line:col: error: ...`` with a non-zero exit; never a traceback.
 ``--verify-diagnostics`` checks the diagnostics against the input's
 ``expected-error {{...}}`` comments instead (verify.py).
@@ -22,9 +22,9 @@ from typing import List, Optional
 
 from ..errors import GqaTorchMlirError
 from ..options import LoweringOptions
-from ..passes import PASS_ARGUMENT, add_pass
+from ..passes import PASS_ARGUMENT, PYTHON_PASSES
 from .diagnostics import format_mlir_error
-from .pipeline_text import OURS, PipelineSyntaxError, flatten_pipeline
+from .pipeline_text import TEXT, PipelineSyntaxError, flatten_pipeline
 from .textio import read_text, write_text
 from .verify import emitted, verify
 
@@ -43,7 +43,7 @@ class Options:
     input: str = "-"
     output: Optional[str] = None
     split_input_file: bool = False
-    pipeline: List = field(default_factory=list)  # (OURS|"text", str)
+    pipeline: List = field(default_factory=list)  # (our pass's argument, options) | (TEXT, element)
     pass_pipeline: Optional[str] = None
     print_debuginfo: bool = False
     print_ir_after_all: bool = False
@@ -85,14 +85,14 @@ def parse_args(argv: List[str]) -> Options:
         elif name in _FLAGS:
             setattr(opts, _FLAGS[name], True)
         else:  # a pass flag: --name or --name=options
-            opts.pipeline.append((OURS if name == PASS_ARGUMENT else "text", f"{name}{{{value}}}" if eq else name))
+            opts.pipeline.append((name, value) if name in PYTHON_PASSES else (TEXT, f"{name}{{{value}}}" if eq else name))
     if len(inputs) > 1:
         raise UsageError(f"expected one input file, got {len(inputs)}: {' '.join(inputs)}")
     if opts.pass_pipeline is not None and opts.pipeline:
         raise UsageError("--pass-pipeline cannot be combined with individual pass flags")
     if opts.pass_pipeline is not None:
         try:
-            opts.pipeline = flatten_pipeline(opts.pass_pipeline, PASS_ARGUMENT)
+            opts.pipeline = flatten_pipeline(opts.pass_pipeline, PYTHON_PASSES)
         except PipelineSyntaxError as e:
             raise UsageError(f"invalid --pass-pipeline: {e}") from None
     opts.input = inputs[0] if inputs else "-"
@@ -111,19 +111,21 @@ def build_pass_manager(opts: Options, context):
 
     pm = PassManager("builtin.module", context)
     for kind, text in opts.pipeline:
-        if kind == OURS:
-            add_pass(pm, LoweringOptions.parse(_our_options(text)))
-        else:
+        if kind == TEXT:
             _add_text(pm, text)
+        elif kind == PASS_ARGUMENT:
+            PYTHON_PASSES[kind](pm, LoweringOptions.parse(_our_options(text)))
+        elif _our_options(text):
+            raise UsageError(f"{kind} takes no options, got '{_our_options(text)}'")
+        else:
+            PYTHON_PASSES[kind](pm, None)
     if opts.print_ir_after_all:
         pm.enable_ir_printing()
     return pm
 
 
 def _our_options(text: str) -> str:
-    """``convert-onnx-gqa-to-torch{a=b}`` or ``{a=b}`` or ``a=b`` -> ``a=b``."""
-    if text.startswith(PASS_ARGUMENT):
-        text = text[len(PASS_ARGUMENT) :]
+    """``{a=b}`` or ``a=b`` -> ``a=b``."""
     text = text.strip()
     if text.count("{") != text.count("}"):
         raise UsageError(f"unbalanced '{{' or '}}' in the options of {PASS_ARGUMENT}: '{text}'")

@@ -1,18 +1,18 @@
-"""Splitting textual pass pipelines so our Python pass can stand anywhere in them.
+"""Splitting textual pass pipelines so our Python passes can stand anywhere in them.
 
 A Python pass can only be added to a PassManager as a callable, not by name
 in a pipeline string.  These helpers cut ``builtin.module(a, func.func(b,
 convert-onnx-gqa-to-torch, c), d)`` into elements added one at a time:
-``a``, ``func.func(b)``, <our pass>, ``func.func(c)``, ``d``.  Our pass is a
-module-level pass that lowers every function, so taking it out of a
+``a``, ``func.func(b)``, <our pass>, ``func.func(c)``, ``d``.  Our passes are
+module-level passes that act on every function, so taking one out of a
 ``func.func(...)`` nest does not change what it does.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple, Union
+from typing import Collection, List, Tuple, Union
 
-OURS = "ours"
+TEXT = "text"
 
 
 class PipelineSyntaxError(ValueError):
@@ -60,27 +60,27 @@ def _nest_body(element: str) -> Union[str, None]:
     return None
 
 
-Element = Tuple[str, str]  # (OURS, options) or ("text", pipeline element)
+Element = Tuple[str, str]  # (our pass's argument, its options) or (TEXT, pipeline element)
 
 
-def flatten_pipeline(text: str, our_argument: str) -> List[Element]:
-    """Elements of a (possibly ``builtin.module(...)``-wrapped) pipeline, ours split out."""
+def flatten_pipeline(text: str, ours: Collection[str]) -> List[Element]:
+    """Elements of a (possibly ``builtin.module(...)``-wrapped) pipeline, our passes (by argument) split out."""
     text = text.strip()
     body = _nest_body(text) if element_name(text) == "builtin.module" else None
-    return _flatten(split_top_level(body if body is not None else text), our_argument, [])
+    return _flatten(split_top_level(body if body is not None else text), ours, [])
 
 
-def _flatten(elements: List[str], ours: str, anchors: List[str]) -> List[Element]:
+def _flatten(elements: List[str], ours: Collection[str], anchors: List[str]) -> List[Element]:
     out: List[Element] = []
     for el in elements:
         name = element_name(el)
         body = _nest_body(el)
-        if name == ours:
-            out.append((OURS, el[len(name) :].strip().strip("{}")))
-        elif body is not None and ours in body:
+        if name in ours:
+            out.append((name, el[len(name) :].strip().strip("{}")))
+        elif body is not None and any(argument in body for argument in ours):
             out.extend(_flatten(split_top_level(body), ours, anchors + [name]))
         else:
-            out.append(("text", _wrap(el, anchors)))
+            out.append((TEXT, _wrap(el, anchors)))
     return out
 
 

@@ -1,10 +1,10 @@
-"""ONNX ``ScatterElements`` with run-time indices: checked and clamped, then left to torch-mlir.
+"""ONNX ``ScatterElements``: the ``min`` and ``max`` reductions, which torch-mlir's conversion lacks.
 
-As GatherElements (gather_elements.py), and updates must have the indices'
-shape.  torch-mlir's lowering trusts them: an out-of-range index wrote outside
-the output buffer (heap corruption, SIGSEGV on iree-cpu).  The ``min`` and
-``max`` reductions, which torch-mlir's conversion lacks, are lowered here to
-``aten.scatter_reduce`` (``amin``/``amax``, the data's value included).
+They are lowered here to ``aten.scatter_reduce`` (``amin``/``amax``, the
+data's value included); an unknown ``reduction`` is refused by name (as for
+ScatterND); the rest is left to torch-mlir.  The indices and shapes are
+checked, and the indices clamped, by the ``guard-onnx-indices`` pass
+(guards/indices.py), which runs first.
 """
 
 from __future__ import annotations
@@ -12,42 +12,42 @@ from __future__ import annotations
 from ...binder import OpBinder
 from ...builder import Tensor, TorchBuilder
 from ...registry import NOT_LOWERED, Refusal, onnx_op
-from ._indices import check_dims, check_reduction, checked_index_values, index_input, rebuild, same, static_mismatch
 
-
-@onnx_op("ScatterElements", domain="", since=11)
-def check_scatter_elements_indices(b: OpBinder, tb: TorchBuilder):
-    if b.num_input_slots() != 3:
-        return NOT_LOWERED
-    reduction = check_reduction(b)
-    data, indices, updates = b.tensor(0, "data"), index_input(b, 1), b.tensor(2, "updates")
-    axis = b.attr_int("axis", 0)
-    if data is None or indices is None or updates is None or not -data.rank <= axis < data.rank:
-        return NOT_LOWERED  # torch-mlir's conversion says what is wrong
-    if indices.tensor.rank != data.rank or updates.rank != data.rank:
-        return NOT_LOWERED
-    axis %= data.rank
-    others = [d for d in range(data.rank) if d != axis]
-    if static_mismatch(indices.tensor, data, same(others)) or static_mismatch(updates, indices.tensor, same(range(data.rank)), equal=True):
-        return NOT_LOWERED
-    check_dims(tb, indices.tensor, data, same(others), "ScatterElements: indices dimension {d} must not exceed the data's (onnxruntime rejects it)")
-    check_dims(tb, updates, indices.tensor, same(range(data.rank)), "ScatterElements: updates dimension {d} must equal the indices' (onnxruntime rejects it)", equal=True)
-    checked = checked_index_values(tb, indices, tb.size(data, axis), "ScatterElements", f"data dimension {axis}")
-    if reduction in MIN_MAX and data.dtype == "i1":
-        raise Refusal(f"reduction '{reduction}' of bool data is not supported (onnxruntime's kernel has none)", "input 0 'data'")
-    if reduction in MIN_MAX:  # torch-mlir's conversion has no min/max: lowered here
-        return [scatter_min_max(b, tb, data, indices.tensor if checked is None else checked, updates, axis, MIN_MAX[reduction])]
-    return NOT_LOWERED if checked is None else rebuild(b, tb, [data, checked, updates])
-
+REDUCTIONS = ("none", "add", "mul", "min", "max")
 
 # ONNX's reductions torch-mlir's ScatterElements conversion lacks, as aten.scatter_reduce modes.
 MIN_MAX = {"min": "amin", "max": "amax"}
 
 
+def check_reduction(b: OpBinder) -> str:
+    """The ``reduction`` attribute of ScatterElements/ScatterND, refused by name outside ONNX's values
+    (onnxruntime runs an unknown one as 'none'; torch-mlir's conversion multiplied)."""
+    reduction = b.attr_str("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise Refusal(f"value '{reduction}' is not supported; supported: {', '.join(REDUCTIONS)}", "attribute 'reduction'")
+    return reduction
+
+
+@onnx_op("ScatterElements", domain="", since=11)
+def lower_scatter_elements_min_max(b: OpBinder, tb: TorchBuilder):
+    reduction = check_reduction(b)
+    if reduction not in MIN_MAX or b.num_input_slots() != 3:
+        return NOT_LOWERED
+    data, indices, updates = b.tensor(0, "data"), b.tensor(1, "indices"), b.tensor(2, "updates")
+    axis = b.attr_int("axis", 0)
+    if data is None or indices is None or updates is None or not -data.rank <= axis < data.rank:
+        return NOT_LOWERED  # torch-mlir's conversion says what is wrong
+    if indices.dtype not in ("si64", "si32") or indices.rank != data.rank or updates.rank != data.rank:
+        return NOT_LOWERED
+    if data.dtype == "i1":
+        raise Refusal(f"reduction '{reduction}' of bool data is not supported (onnxruntime's kernel has none)", "input 0 'data'")
+    return [scatter_min_max(b, tb, data, indices, updates, axis % data.rank, MIN_MAX[reduction])]
+
+
 def scatter_min_max(b: OpBinder, tb: TorchBuilder, data: Tensor, indices: Tensor, updates: Tensor, axis: int, mode: str):
     """data with each update combined into data[.., index, ..] by min or max (data's own value included, as ONNX)."""
     n = tb.size(data, axis)
-    index_si64 = tb.to_dtype(indices, "si64")  # in [-n, n) (checked)
+    index_si64 = tb.to_dtype(indices, "si64")  # in [-n, n): checked and clamped by guard-onnx-indices
     wrapped = tb.where(tb.lt_scalar(index_si64, 0), tb.add_scalar(index_si64, n), index_si64)  # negative counts from the end
     if data.dtype.startswith(("f", "bf")):
         no_nan(tb, updates, "updates", mode)

@@ -23,14 +23,14 @@ import sys
 from dataclasses import dataclass
 from typing import List, Optional
 
-from . import patterns as _patterns  # noqa: F401  (registers the lowerings)
-from .binder import OpBinder
-from .builder import TorchBuilder, TypeCache
-from .dispatch import domain_of
-from .errors import LoweringError
-from .function_outputs import guard_constant_uint8_results
-from .options import LoweringOptions
-from .registry import NOT_LOWERED, REGISTRY, Refusal, Registry
+from .. import patterns as _patterns  # noqa: F401  (registers the lowerings)
+from ..binder import OpBinder
+from ..builder import TorchBuilder, TypeCache
+from ..dispatch import domain_of
+from ..errors import LoweringError
+from ..function_outputs import guard_constant_uint8_results
+from ..options import LoweringOptions
+from ..registry import NOT_LOWERED, REGISTRY, Refusal, Registry
 
 PASS_ARGUMENT = "convert-onnx-gqa-to-torch"
 PASS_NAME = "ConvertOnnxGqaToTorch"
@@ -80,8 +80,11 @@ def _opset_lookup(ir, op):
     return opset_of
 
 
-def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None) -> List[RefusedOp]:
-    """Lower every registered ``torch.operator`` under ``root``; return the refusals."""
+def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None,
+                    route_uint8_results: bool = True) -> List[RefusedOp]:
+    """Lower every ``torch.operator`` under ``root`` that ``registry`` holds; return the refusals.
+
+    (The guard pass runs its own registry through this driver, without the uint8 routing.)"""
     root = root.operation
     ir, rewrite = bindings_of(root)
     types = TypeCache(ir, root.context)
@@ -136,16 +139,18 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     patterns = rewrite.RewritePatternSet(root.context)
     patterns.add("torch.operator", pattern)
     rewrite.walk_and_apply_patterns(root, patterns.freeze())
-    guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
+    if route_uint8_results:
+        guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
     return refused
 
 
-def run_pass(op, pass_, options: Optional[LoweringOptions] = None) -> None:
-    """The pass body: lower, then report each refusal at its op and fail."""
+def run_pass(op, pass_, options: Optional[LoweringOptions] = None, apply=None, argument: str = PASS_ARGUMENT) -> None:
+    """The pass body: lower (``apply(op)``, by default :func:`apply_lowerings`), then report each
+    refusal at its op and fail."""
     try:
-        refused = apply_lowerings(op, options=options)
+        refused = apply(op) if apply is not None else apply_lowerings(op, options=options)
     except Exception as e:  # never let a Python error escape into the pass manager
-        refused = [RefusedOp(op.location, f"{PASS_ARGUMENT}: internal error: {type(e).__name__}: {e}")]
+        refused = [RefusedOp(op.location, f"{argument}: internal error: {type(e).__name__}: {e}")]
     for r in refused:
         r.location.emit_error(r.message)
     if refused:
