@@ -1,4 +1,5 @@
-"""``gqa-torch-mlir-opt``: torch-mlir-opt plus our passes (``--guard-onnx-indices``, ``--convert-onnx-gqa-to-torch``).
+"""``gqa-torch-mlir-opt``: torch-mlir-opt plus our passes (``--guard-onnx-indices``, ``--convert-onnx-gqa-to-torch``,
+and the refbackend's ``--gqa-refbackend-*``).
 
 Usage mirrors torch-mlir-opt::
 
@@ -6,9 +7,10 @@ Usage mirrors torch-mlir-opt::
                        [--<pass>[=<options>] ...] | [--pass-pipeline='builtin.module(...)']
 
 Pass flags run in the order given, nested on func.func automatically when the
-pass is anchored there (as mlir-opt does).  Our passes (passes.PYTHON_PASSES)
-may appear as flags or inside a ``--pass-pipeline`` string.  Errors go to stderr
-as ``file:line:col: error: ...`` with a non-zero exit; never a traceback.
+pass is anchored there (as mlir-opt does).  Our passes (passes.PYTHON_PASSES
+and backends/refbackend/passes.py's REFBACKEND_PASSES) may appear as flags or
+inside a ``--pass-pipeline`` string.  Errors go to stderr as
+``file:line:col: error: ...`` with a non-zero exit; never a traceback.
 ``--verify-diagnostics`` checks the diagnostics against the input's
 ``expected-error {{...}}`` comments instead (verify.py).
 """
@@ -20,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..backends.refbackend.passes import REFBACKEND_PASSES
 from ..errors import GqaTorchMlirError
 from ..options import LoweringOptions
 from ..passes import PASS_ARGUMENT, PYTHON_PASSES
@@ -32,6 +35,7 @@ SPLIT_MARKER = "// -----"
 _ANCHOR_RE = re.compile(r"restricted to '([\w.]+)'")
 
 USAGE = __doc__
+_OUR_PASSES = {**PYTHON_PASSES, **REFBACKEND_PASSES}  # argument -> add(pm, options)
 
 
 class UsageError(GqaTorchMlirError):
@@ -85,14 +89,14 @@ def parse_args(argv: List[str]) -> Options:
         elif name in _FLAGS:
             setattr(opts, _FLAGS[name], True)
         else:  # a pass flag: --name or --name=options
-            opts.pipeline.append((name, value) if name in PYTHON_PASSES else (TEXT, f"{name}{{{value}}}" if eq else name))
+            opts.pipeline.append((name, value) if name in _OUR_PASSES else (TEXT, f"{name}{{{value}}}" if eq else name))
     if len(inputs) > 1:
         raise UsageError(f"expected one input file, got {len(inputs)}: {' '.join(inputs)}")
     if opts.pass_pipeline is not None and opts.pipeline:
         raise UsageError("--pass-pipeline cannot be combined with individual pass flags")
     if opts.pass_pipeline is not None:
         try:
-            opts.pipeline = flatten_pipeline(opts.pass_pipeline, PYTHON_PASSES)
+            opts.pipeline = flatten_pipeline(opts.pass_pipeline, _OUR_PASSES)
         except PipelineSyntaxError as e:
             raise UsageError(f"invalid --pass-pipeline: {e}") from None
     opts.input = inputs[0] if inputs else "-"
@@ -114,11 +118,11 @@ def build_pass_manager(opts: Options, context):
         if kind == TEXT:
             _add_text(pm, text)
         elif kind == PASS_ARGUMENT:
-            PYTHON_PASSES[kind](pm, LoweringOptions.parse(_our_options(text)))
+            _OUR_PASSES[kind](pm, LoweringOptions.parse(_our_options(text)))
         elif _our_options(text):
             raise UsageError(f"{kind} takes no options, got '{_our_options(text)}'")
         else:
-            PYTHON_PASSES[kind](pm, None)
+            _OUR_PASSES[kind](pm, None)
     if opts.print_ir_after_all:
         pm.enable_ir_printing()
     return pm
