@@ -187,7 +187,7 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
 // CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]]
 // CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
-// CHECK:         %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si64> -> !torch.int
+// CHECK:         %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si32> -> !torch.int
 // CHECK:         %[[ROWS:.+]] = torch.prim.max.int %{{.+}}, %int1
 // CHECK:         %[[READ_K:.+]] = torch.aten.slice.Tensor %[[PRESENT_K]], %int2, %int0, %[[ROWS]], %int1
 // CHECK:         %[[R:.+]] = torch.aten.size.int %[[READ_K]], %int2

@@ -17,7 +17,7 @@ from .positions import rotary_positions, valid_query_rows
 def check_total(tb: TorchBuilder, ins: GqaInputs, step: Step, window_cache: bool) -> None:
     """total_sequence_length covers every row's tokens (seqlens_k[b] + 1), is >= 1 and, but for
     a window cache, >= S: onnxruntime's rules (a first prompt's rows then never exceed S)."""
-    covers = tb.le(tb.add_scalar(step.seqlens_B, 1), step.total)  # [B] <= [] (or [1])
+    covers = tb.le(step.seqlens_fed_B, tb.add_scalar(step.total, -1))  # seqlens_k[b] + 1 <= total: [B] vs [] (or [1])
     least = 1 if window_cache else step.S
     tb.runtime_check(
         tb.logical_and(covers, tb.ge_scalar(step.total, least)),
@@ -35,7 +35,7 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, gro
     """
     last = tb.dim_sub(tb.dim_add(P, growth), 1)
     tb.runtime_check(
-        tb.in_range(step.seqlens_B, 0, last),
+        tb.in_range(step.seqlens_fed_B, 0, last),
         "GroupQueryAttention: seqlens_k[b] must lie in [0, present length) (onnxruntime rejects it otherwise)",
     )
     tb.runtime_check(
@@ -54,9 +54,9 @@ def checked_cache_rows(tb: TorchBuilder, step: Step, ins: GqaInputs, P: Dim, gro
         total_ok, rule = tb.logical_or(growing, fixed), "equal past length + S (growing cache) or be at most the past length (fixed capacity)"
     tb.runtime_check(tb.logical_and(total_ok, tb.ge_scalar(step.total, 1)), f"GroupQueryAttention: total_sequence_length must {rule}, and be >= 1")
     if ins.query_seqlens is not None:
-        qlens_B = tb.to_dtype(ins.query_seqlens, "si64")
+        qlens_B = ins.query_seqlens  # si32 [B], as fed (see positions.py); qlens - 1 <= seqlens_k: no overflow
         tb.runtime_check(
-            tb.logical_and(tb.in_range(qlens_B, 0, step.S), tb.le(qlens_B, tb.add_scalar(step.seqlens_B, 1))),
+            tb.logical_and(tb.in_range(qlens_B, 0, step.S), tb.le(tb.add_scalar(qlens_B, -1), step.seqlens_fed_B)),
             "GroupQueryAttention: query_seqlens[b] must lie in [0, min(S, seqlens_k[b] + 1)]",
         )
     return tb.clamp_int(step.position_BS, 0, last)
@@ -67,9 +67,9 @@ def check_window_lengths(tb: TorchBuilder, step: Step, past_BHkvCDc: Tensor, W: 
     (whose past length is 0 whatever seqlens_k says), seqlens_k[b] + 1 >= S without query_seqlens."""
     enough_B = tb.ge_scalar(step.past_len_B, 0)
     if not query_seqlens:
-        enough_B = tb.logical_and(enough_B, tb.ge_scalar(step.seqlens_B, tb.dim_sub(step.S, 1)))
+        enough_B = tb.logical_and(enough_B, tb.ge_scalar(step.seqlens_fed_B, tb.dim_sub(step.S, 1)))
     tb.runtime_check(
-        tb.logical_and(tb.ge_scalar(step.seqlens_B, 0), enough_B),
+        tb.logical_and(tb.ge_scalar(step.seqlens_fed_B, 0), enough_B),
         "GroupQueryAttention: seqlens_k[b] must be >= 0 and seqlens_k[b] + 1 >= the step's new tokens",
     )
     if past_BHkvCDc.shape[2] is None:  # a static capacity below W is refused at compile time

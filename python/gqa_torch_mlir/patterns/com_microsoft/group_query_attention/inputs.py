@@ -37,6 +37,8 @@ class Step:
 
     S: Dim
     seqlens_B: Tensor  # si64 [B]
+    # si32 [B] as fed: the run-time checks and the max over rows read these (positions.py says why)
+    seqlens_fed_B: Tensor
     total: Tensor  # si64 [] (or [1])
     first_prompt: Optional[Tensor]  # i1 [] (or [1]): S == total_sequence_length; None with query_seqlens
     past_len_B: Tensor  # si64 [B]: tokens in the cache before the step

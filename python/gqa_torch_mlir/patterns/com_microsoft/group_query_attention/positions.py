@@ -14,8 +14,10 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
     seqlens = ins.seqlens_k if ins.seqlens_k.rank == 1 else tb.flatten(ins.seqlens_k, 0, ins.seqlens_k.rank - 1)  # [B,1]|[1,B]|[1,B,1] -> [B]
     seqlens_B = tb.to_dtype(seqlens, "si64")  # si32 [B] -> si64 [B]
     # Before any position is computed from it (the rotary rows' check would name only positions):
-    # the upper bound needs the present length, checked with the cache.
-    tb.runtime_check(tb.ge_scalar(seqlens_B, 0), f"{OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
+    # the upper bound needs the present length, checked with the cache.  Checks and reductions
+    # read the si32 values as fed: IREE 3.13's CUDA code generation fails on a reduction over a
+    # dynamic dim whose input is computed in its dispatch (the widened copy, used elsewhere too).
+    tb.runtime_check(tb.ge_scalar(seqlens, 0), f"{OP}: seqlens_k[b] must be >= 0 (onnxruntime rejects it otherwise)")
     total = ins.total_sequence_length
     if total.rank == 1 and total.shape[0] is None:  # one element, checked with the inputs
         # [?] -> [?+1] -> [1]: the pad keeps the read in bounds for an empty feed (whose check fails)
@@ -29,7 +31,7 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
         check_chunk_batch(tb, first_prompt, tb.size(ins.query, 0), S)
         past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
     position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
-    return Step(S, seqlens_B, total, first_prompt, past_len_B, position_BS)
+    return Step(S, seqlens_B, seqlens, total, first_prompt, past_len_B, position_BS)
 
 
 def check_chunk_batch(tb: TorchBuilder, first_prompt: Tensor, B: Dim, S: Dim) -> None:
