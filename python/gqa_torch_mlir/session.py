@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import onnx
 
+from .backends.iree.targets import TARGETS as IREE_TARGETS
 from .errors import GqaTorchMlirError, RuntimeInvocationError
 from .options import LoweringOptions
 from .pipeline import ModelLike, compile, load_model
@@ -43,9 +44,12 @@ _ONNX_TYPE_NAMES = {
     onnx.TensorProto.BOOL: "tensor(bool)",
 }
 
-BACKENDS = ("refbackend", "iree-cpu")
-# The attention form each backend runs fastest (measured: see docs/design.md, "Attention forms and performance").
-DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed"}
+BACKENDS = ("refbackend", "iree-cpu", "iree-cuda")
+IREE_BACKENDS = tuple(IREE_TARGETS)  # backends/iree/targets.py
+# The attention form each backend runs fastest (measured: see docs/design.md, "Attention forms and performance";
+# on a GPU, IREE's attention op: benchmarks/README.md, "GPU").
+DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed", "iree-cuda": "sdpa"}
+DEVICE = {"refbackend": "cpu", "iree-cpu": "cpu", "iree-cuda": "gpu"}  # the form of the code (options.py)
 
 
 SDPA_ON_REFBACKEND = (
@@ -80,14 +84,15 @@ def _node_args(values: Sequence[onnx.ValueInfoProto], skip=frozenset()) -> List[
 class InferenceSession:
     """Compile an ONNX model once; run it with onnxruntime's ``run`` signature.
 
-    ``backend`` is ``"refbackend"`` or ``"iree-cpu"`` (our pass inside IREE's
+    ``backend`` is ``"refbackend"``, ``"iree-cpu"`` (our pass inside IREE's
     bindings, IREE's llvm-cpu codegen, run by ``iree.runtime``; needs the
-    ``iree`` extra).  ``threads`` is the iree-cpu worker count (1: the calling
-    thread only); the refbackend records it and runs on one thread.
+    ``iree`` extra) or ``"iree-cuda"`` (the same, IREE's CUDA codegen, run on
+    the CUDA driver's first GPU).  ``threads`` is the iree-cpu worker count (1:
+    the calling thread only); the refbackend records it and runs on one thread.
     ``runtime_verification`` (refbackend) bounds-checks every memory access
     of the compiled code and reports a violation as RuntimeInvocationError.
 
-    ``share_buffers`` (iree-cpu) is onnxruntime-genai's shared past/present
+    ``share_buffers`` (iree-cpu, iree-cuda) is onnxruntime-genai's shared past/present
     buffer mode: an output of this session fed back as an input stays on the
     device (no upload), and a fixed-capacity cache fed that way is updated
     in place, so ``present`` comes back in the very buffer ``past`` was in
@@ -111,14 +116,39 @@ class InferenceSession:
             raise GqaTorchMlirError(SDPA_ON_REFBACKEND)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
-        if share_buffers and backend != "iree-cpu":
-            raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' (the {backend} copies every input and output)")
+        if share_buffers and backend not in IREE_BACKENDS:
+            raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' or 'iree-cuda' (the {backend} copies every input and output)")
+        if threads is not None and backend == "iree-cuda":
+            raise GqaTorchMlirError(f"threads is a CPU setting; backend 'iree-cuda' takes none (got {threads!r})")
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        options = LoweringOptions(attention=attention or DEFAULT_ATTENTION[backend])
+        options = LoweringOptions(attention=attention or DEFAULT_ATTENTION[backend], device=DEVICE[backend])
         self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
+
+    @classmethod
+    def from_vmfb(cls, model: ModelLike, vmfb: bytes, backend: str = "iree-cuda", threads: Optional[int] = None,
+                  share_buffers: bool = False) -> "InferenceSession":
+        """A session over a module compiled elsewhere (``gqa-torch-mlir compile MODEL --backend B -o
+        MODEL.vmfb``), run with iree-base-runtime alone: no compiler, no torch-mlir.  ``model`` is the
+        ONNX model it was compiled from (its inputs and outputs name the arguments and results)."""
+        if backend not in IREE_BACKENDS:
+            raise GqaTorchMlirError(f"from_vmfb needs an IREE backend ({', '.join(IREE_BACKENDS)}), got '{backend}'")
+        from .backends.iree.runtime import IreeCompiledModule
+
+        proto = load_model(model)
+        self = cls.__new__(cls)
+        initializers = {init.name for init in proto.graph.initializer}
+        self._inputs = _node_args(proto.graph.input, skip=initializers)
+        self._outputs = _node_args(proto.graph.output)
+        dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type)) for o in proto.graph.output]
+        compiled = IreeCompiledModule(vmfb, "", dtypes, threads, share_buffers, IREE_TARGETS[backend].driver)
+        if len(compiled.functions()) != 1:
+            raise GqaTorchMlirError(f"the vmfb has {len(compiled.functions())} entry points ({', '.join(compiled.functions())}); expected one")
+        compiled.function = self._function = compiled.functions()[0]
+        self._compiled = compiled
+        return self
 
     def get_inputs(self) -> List[NodeArg]:
         return list(self._inputs)
@@ -161,12 +191,42 @@ class InferenceSession:
             raise RuntimeInvocationError(f"unknown output name(s): {', '.join(missing)}")
         return [results[n] for n in names]
 
+    def device_value(self, array: np.ndarray):
+        """A copy of ``array`` in the device's memory (IREE backends), for ``run_with_device_values``
+        (onnxruntime's ``OrtValue.ortvalue_from_numpy(array, device)``)."""
+        if not hasattr(self._compiled, "to_device"):
+            raise GqaTorchMlirError("device_value needs an IREE backend (iree-cpu or iree-cuda)")
+        return self._compiled.to_device(np.asarray(array))
+
+    def run_with_device_values(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, object]) -> list:
+        """``run`` whose results stay in device memory (IREE backends): each a ``DeviceValue``
+        (``.numpy()`` copies it to the host), which a later call takes as an input without an
+        upload, numpy arrays and device values mixed.  onnxruntime's ``run_with_ort_values``;
+        on a GPU, how a generation loop keeps its caches on the device between steps."""
+        if not hasattr(self._compiled, "invoke_device"):
+            raise GqaTorchMlirError("run_with_device_values needs an IREE backend (iree-cpu or iree-cuda)")
+        args = [self._feed(arg, input_feed) for arg in self._inputs]
+        unknown = set(input_feed) - {a.name for a in self._inputs}
+        if unknown:
+            raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
+        raw = self._compiled.invoke_device(self._function, *[a if hasattr(a, "device_array") else _signless(a) for a in args])
+        results = dict(zip([o.name for o in self._outputs], raw))
+        names = [o.name for o in self._outputs] if not output_names else list(output_names)
+        missing = [n for n in names if n not in results]
+        if missing:
+            raise RuntimeInvocationError(f"unknown output name(s): {', '.join(missing)}")
+        return [results[n] for n in names]
+
     @staticmethod
     def _feed(arg: NodeArg, feed: Dict[str, np.ndarray]) -> np.ndarray:
         if arg.name not in feed:
             raise RuntimeInvocationError(f"input '{arg.name}' is missing from the feed")
         want = _ONNX_TO_NUMPY.get(arg.elem_type)
         value = feed[arg.name]
+        if hasattr(value, "device_array"):  # a DeviceValue (run_with_device_values): checked by the compiled signature
+            if want is not None and value.dtype != want:
+                raise RuntimeInvocationError(f"input '{arg.name}': expected {arg.type}, got a device value of {value.dtype}")
+            return value
         if isinstance(value, (list, tuple)) and want is not None:  # nested lists, as onnxruntime takes them
             try:
                 value = np.array(value, dtype=want)
@@ -206,12 +266,12 @@ def _compile_for(
     share_buffers: bool = False,
 ):
     """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
-    if backend == "iree-cpu":
+    if backend in IREE_BACKENDS:
         try:
-            from .backends.iree import IreeCpuBackend
+            from .backends.iree import IreeBackend
         except ImportError as e:
-            raise GqaTorchMlirError(f"backend 'iree-cpu' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
-        compiled = IreeCpuBackend(threads=threads, options=options, share_buffers=share_buffers).compile(proto)
+            raise GqaTorchMlirError(f"backend '{backend}' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
+        compiled = IreeBackend(threads=threads, options=options, share_buffers=share_buffers, target=backend).compile(proto)
         return compiled, compiled.function
     from .backends.refbackend import RefBackend
 

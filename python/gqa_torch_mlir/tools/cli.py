@@ -7,6 +7,10 @@
                                     the plugin, run prefill + decode steps on the
                                     refbackend next to onnxruntime, print the comparison
   gqa-torch-mlir compile MODEL.onnx [--output-type T] [-o OUT.mlir]
+                                    import and lower with the plugin, print the MLIR
+  gqa-torch-mlir compile MODEL.onnx --backend iree-cpu|iree-cuda -o OUT.vmfb
+                                    compile for IREE (no GPU needed for iree-cuda); the
+                                    .vmfb runs with iree-base-runtime alone
 
 User errors print one line and exit non-zero; never a traceback.
 """
@@ -18,6 +22,8 @@ import sys
 from typing import List, Optional
 
 from ..errors import GqaTorchMlirError
+from ..backends.iree.targets import TARGETS as IREE_TARGETS
+from ..options import ATTENTION_FORMS
 
 
 def _non_negative(text: str) -> int:
@@ -54,20 +60,53 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_parser(sub)
     _demo_parser(sub)
-    c = sub.add_parser("compile", help="import an ONNX model and lower it with the plugin")
+    c = sub.add_parser("compile", help="import an ONNX model and lower it with the plugin (or compile it for IREE)")
     c.add_argument("model")
-    c.add_argument("--output-type", default="torch", choices=("torch", "torch-backend", "linalg-on-tensors"))
+    c.add_argument("--output-type", choices=("torch", "torch-backend", "linalg-on-tensors"),
+                   help="the MLIR to print (default: torch); not with --backend")
+    c.add_argument("--backend", choices=tuple(IREE_TARGETS), help="compile for IREE to a VM flatbuffer (.vmfb) instead")
+    c.add_argument("--attention", choices=ATTENTION_FORMS, help="the attention form (default: the backend's)")
     c.add_argument("-o", "--output", default="-")
     return parser
 
 
 def cmd_compile(args) -> int:
+    from ..options import LoweringOptions
     from ..pipeline import compile
 
     from .textio import write_text
 
-    module = compile(args.model, output_type=args.output_type)
+    if args.backend is not None:
+        return _compile_for_iree(args)
+    options = LoweringOptions(attention=args.attention) if args.attention else None
+    module = compile(args.model, output_type=args.output_type or "torch", options=options)
     write_text(args.output, str(module))
+    return 0
+
+
+def _compile_for_iree(args) -> int:
+    if args.output_type is not None:
+        raise GqaTorchMlirError(f"--output-type is for the MLIR output; --backend {args.backend} writes a .vmfb")
+    if args.output == "-":
+        raise GqaTorchMlirError(f"--backend {args.backend} writes a binary .vmfb: name the file with -o")
+    try:
+        from ..backends.iree import IreeBackend
+    except ImportError as e:
+        raise GqaTorchMlirError(f"--backend {args.backend} needs IREE's compiler ({e}): pip install 'gqa-torch-mlir[iree]'") from None
+    from ..options import LoweringOptions
+    from ..session import DEFAULT_ATTENTION, DEVICE
+
+    options = LoweringOptions(attention=args.attention or DEFAULT_ATTENTION[args.backend], device=DEVICE[args.backend])
+    backend = IreeBackend(target=args.backend, options=options)
+    lowered = backend.lower(args.model)
+    function = lowered.function
+    vmfb = backend.compile_lowered(lowered)
+    try:
+        with open(args.output, "wb") as f:
+            f.write(vmfb)
+    except OSError as e:
+        raise GqaTorchMlirError(f"cannot write '{args.output}': {e.strerror}") from None
+    print(f"wrote {args.output} ({len(vmfb)} bytes) for {args.backend}; entry point @{function}", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""IREE CPU backend: our patterns inside IREE's own MLIR Python bindings, then IREE.
+"""The compile side of the IREE backends: our passes inside IREE's own MLIR Python bindings, then IREE.
 
-``IreeCpuBackend.compile(model)`` works in one process, in one MLIRContext:
+``IreeBackend(target).compile(model)`` (targets.py: iree-cpu, iree-cuda)
+works in one process, in one MLIRContext:
 
 ``import``
     An IREE compiler session (``iree.compiler.api.Session``) hands out its
@@ -20,16 +21,18 @@
     (``import_module``: no printing or re-parsing) and compiled with
     ``--iree-input-type=onnx`` (torch-mlir's ``convert-torch-onnx-to-torch``
     for every remaining ONNX op, then torch to IREE's input dialects) for the
-    ``llvm-cpu`` backend of the ``local`` device, tuned for the host CPU.
+    target's device: the ``llvm-cpu`` backend of the ``local`` device, tuned
+    for the host CPU, or CUDA.
 
-The resulting VM flatbuffer runs on ``iree.runtime``: with ``threads=1`` on
-the ``local-sync`` device (dispatches run inline on the calling thread: one
-thread, no worker pool), otherwise on the ``local-task`` device with that many
-worker threads (``None``: one per CPU this process may use).  Devices are
-process-wide, with IREE's caching allocator, and results are returned as
-numpy views of their own device buffers (each array keeps its buffer alive):
-without either, every call pays page faults on fresh multi-MB buffers (KV
-caches), several times the cost of a decode step's dispatches.
+The resulting VM flatbuffer runs on ``iree.runtime`` (runtime.py): on the CPU
+with ``threads=1`` on the ``local-sync`` device (dispatches run inline on the
+calling thread: one thread, no worker pool), otherwise on the ``local-task``
+device with that many worker threads (``None``: one per CPU this process may
+use); on the CUDA driver's device for iree-cuda.  Devices are process-wide,
+with IREE's caching allocator, and CPU results are returned as numpy views of
+their own device buffers (each array keeps its buffer alive): without either,
+every call pays page faults on fresh multi-MB buffers (KV caches), several
+times the cost of a decode step's dispatches.
 
 Caveats of the bindings, handled here:
 
@@ -63,49 +66,34 @@ import sys
 import tempfile
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
 
-from iree import runtime as ireert
 from iree.compiler import ir
 from iree.compiler.api import Output, Session
 from iree.compiler.extras import onnx_importer
 
-from ..errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
-from ..preimport import prepare_for_import
-from ..options import LoweringOptions
-from ..passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerings
-from ..pipeline import ModelLike, load_model
-from ..repro import repro_command, save_stage_input
+from ...errors import CompileStageError, GqaTorchMlirError, LoweringError
+from ...preimport import prepare_for_import
+from ...options import LoweringOptions
+from ...passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerings
+from ...pipeline import ModelLike, load_model
+from ...repro import repro_command, save_stage_input
+from .runtime import IreeCompiledModule
+from .targets import TARGETS
 
-__all__ = ["COMPILE_FLAGS", "IreeCompiledModule", "IreeCpuBackend", "LoweredModule"]
+__all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
 
-COMPILE_FLAGS: Tuple[str, ...] = (
-    "--iree-input-type=onnx",
-    "--iree-hal-target-device=local",
-    "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-llvmcpu-target-cpu=host",
-    # IREE narrows f64 to f32 by default: a float64 model's buffers would then be read at half their size.
-    "--iree-input-demote-f64-to-f32=false",
+DECOMPOSED_ON_CUDA = (
+    "attention='decomposed' is refused on iree-cuda: IREE 3.13's CUDA code generation fails to distribute its "
+    "P.V matmul over a dynamic number of keys; use attention='sdpa' (IREE's attention op, the default there)"
 )
-"""iree-compile flags of the backend (the same on the repro command line)."""
 
 # Dialects whose ops the importer and our builder create with the generic builder.
 _PRELOADED_DIALECTS = ("func", "torch")
-
-# IREE's runtime keeps its devices (and drivers) for the life of the process; at
-# interpreter exit nanobind would list them as leaks. They are not.
-ireert._binding.disable_leak_checker()
-
-
-# ---------------------------------------------------------------------------
-# compile side
-# ---------------------------------------------------------------------------
-
 
 class _Diagnostics:
     """Collects the context's diagnostics (with their notes) while attached."""
@@ -207,13 +195,13 @@ def _onnx_dtype(elem_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
 
 
-class IreeCpuBackend:
-    """Compiles ONNX models with our pass and IREE for the host CPU.
+class IreeBackend:
+    """Compiles ONNX models with our passes and IREE for ``target`` (targets.py: "iree-cpu", "iree-cuda").
 
-    ``threads``: ``1`` runs on ``local-sync`` (the calling thread); ``N >= 2``
-    on ``local-task`` with ``N`` workers; ``None`` on ``local-task`` with one
-    worker per CPU available to the process.  ``extra_flags`` are appended to
-    :data:`COMPILE_FLAGS`.  ``share_buffers``: see
+    ``threads`` (iree-cpu): ``1`` runs on ``local-sync`` (the calling thread);
+    ``N >= 2`` on ``local-task`` with ``N`` workers; ``None`` on ``local-task``
+    with one worker per CPU available to the process.  ``extra_flags`` are
+    appended to the target's flags.  ``share_buffers``: see
     :meth:`IreeCompiledModule.invoke`.  ``plugin=False`` skips our pass, so
     torch-mlir's own ONNX lowerings (inside IREE) meet every op: benchmarks
     compare against that.
@@ -230,26 +218,36 @@ class IreeCpuBackend:
         options: Optional[LoweringOptions] = None,
         share_buffers: bool = False,
         plugin: bool = True,
+        target: str = "iree-cpu",
     ) -> None:
+        if target not in TARGETS:
+            raise GqaTorchMlirError(f"IREE target '{target}' is not one of {', '.join(TARGETS)}")
+        self.target = TARGETS[target]
+        if threads is not None and self.target.driver != "local":
+            raise GqaTorchMlirError(f"threads is a CPU setting; {target} takes none (got {threads!r})")
+        if self.target.driver == "cuda":
+            options = options or LoweringOptions(attention="sdpa", device="gpu")
+            if options.attention != "sdpa":
+                raise GqaTorchMlirError(DECOMPOSED_ON_CUDA)
         self.options = options
         self.share_buffers = share_buffers
         self.plugin = plugin
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
-        self.flags: Tuple[str, ...] = COMPILE_FLAGS + tuple(extra_flags)
+        self.flags: Tuple[str, ...] = self.target.flags + tuple(extra_flags)
 
     def compile(self, model: ModelLike) -> "IreeCompiledModule":
         """Lower, compile with IREE in process and load on the runtime device."""
         lowered = self.lower(model)
         vmfb = self.compile_lowered(lowered)
-        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads, self.share_buffers)
+        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads, self.share_buffers, self.target.driver)
 
     def lower(self, model: ModelLike) -> LoweredModule:
         """Import ``model`` into a new IREE session's context and run our pass there."""
         proto = prepare_for_import(load_model(model))
         if self.plugin:
-            _check_no_dynamic_gqa_in_if(proto)
+            _check_no_dynamic_gqa_in_if(proto, self.target.backend)
         session, module = self._import(proto)
         diagnostics = _Diagnostics(module.context)
         try:
@@ -350,71 +348,7 @@ class IreeCpuBackend:
         raise GqaTorchMlirError("the imported module has no public function")
 
 
-# ---------------------------------------------------------------------------
-# run side
-# ---------------------------------------------------------------------------
-
-_DEVICE_LOCK = threading.Lock()
-_SYNC_DEVICE = None
-_TASK_DEVICE = None
-_TASK_WORKERS: Optional[int] = None
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def local_task_workers() -> Optional[int]:
-    """Worker count of this process's local-task device, None before it exists."""
-    return _TASK_WORKERS
-
-
-def device_for(threads: Optional[int]):
-    """The process-wide IREE device for ``threads`` (see :class:`IreeCpuBackend`)."""
-    global _SYNC_DEVICE, _TASK_DEVICE, _TASK_WORKERS
-    with _DEVICE_LOCK:
-        if threads == 1:
-            if _SYNC_DEVICE is None:
-                _SYNC_DEVICE = ireert.get_driver("local-sync").create_default_device(allocators=["caching"])
-            return _SYNC_DEVICE
-        workers = threads if threads is not None else available_cpus()
-        if _TASK_DEVICE is None:
-            # Read once, when the (process-cached) local-task driver is created.
-            ireert.flags.parse_flags(f"--task_topology_group_count={workers}")
-            _TASK_DEVICE = ireert.get_driver("local-task").create_default_device(allocators=["caching"])
-            _TASK_WORKERS = workers
-        elif workers != _TASK_WORKERS:
-            raise GqaTorchMlirError(
-                f"iree-cpu: threads={workers} was asked for, but this process's local-task device already has "
-                f"{_TASK_WORKERS} workers (IREE's Python runtime creates one local-task driver per process); "
-                "use that count, or threads=1"
-            )
-        return _TASK_DEVICE
-
-
-_FAILED_CHECK = "FAILED_PRECONDITION; "
-
-
-def _vm_failure(report: str) -> str:
-    """The part of IREE's report on a failed call that is news to the user.
-
-    A failed ``cf.assert`` (one of our run-time checks) reads
-    ``Error invoking function: <vm>:0: FAILED_PRECONDITION; <message>; `` and
-    then a listing of the VM stack: the message alone is kept.  Any other
-    failure keeps the report's first line.
-    """
-    first_line = report.strip().split("\n", 1)[0].rstrip()
-    if _FAILED_CHECK in first_line:
-        message = first_line.split(_FAILED_CHECK, 1)[1].rstrip("; ")
-        if message:
-            return message
-    return first_line
-
-
-def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
+def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto, backend: str) -> None:
     """Refuse a GroupQueryAttention with a dynamic dim inside an ``If`` branch.
 
     IREE (iree-base-compiler 3.13) miscompiles it: the present caches such a
@@ -423,8 +357,8 @@ def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
     (SIGSEGV, a garbage allocation size).  With static shapes, in a ``Loop``
     body, and on the refbackend, it computes as onnxruntime does.
     """
-    from ..preimport.graph import node_label
-    from ..preimport.shapes import GQA, graphs_in_scope, known_types
+    from ...preimport.graph import node_label
+    from ...preimport.shapes import GQA, graphs_in_scope, known_types
 
     for graph, outer in graphs_in_scope(proto.graph, {}):
         for if_node in (n for n in graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx")):
@@ -437,176 +371,14 @@ def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto) -> None:
                         if any(n not in types for n in names) or any(not d.HasField("dim_value") for d in dims):
                             raise LoweringError(
                                 f"{node_label(node)} in a branch of {node_label(if_node)}: a GroupQueryAttention with "
-                                "dynamic shapes inside an If is refused on iree-cpu (IREE miscompiles the data-dependent "
+                                f"dynamic shapes inside an If is refused on {backend} (IREE miscompiles the data-dependent "
                                 "cache rows it yields: wrong caches or a crash); declare static shapes, or use the "
                                 "refbackend", [])
 
 
-class IreeCompiledModule:
-    """A VM flatbuffer loaded on an IREE CPU device; ``invoke`` as the refbackend's.
+class IreeCpuBackend(IreeBackend):
+    """:class:`IreeBackend` for the host CPU (the iree-cpu backend)."""
 
-    Calls on one compiled module are serialised by a lock.
-    """
-
-    def __init__(
-        self, vmfb: bytes, function: str, output_dtypes: Sequence[np.dtype], threads: Optional[int], share_buffers: bool = False
-    ) -> None:
-        self.vmfb = vmfb
-        self.function = function
-        self.threads = threads
-        self.share_buffers = share_buffers
-        self.uploaded_bytes = 0  # host bytes copied to the device by the last call
-        self._resident = _ResidentArrays()
-        self._output_dtypes = list(output_dtypes)
-        self._device = device_for(threads)
-        self._instance = ireert.VmInstance()
-        hal = ireert.create_hal_module(self._instance, self._device)
-        self._module = ireert.VmModule.copy_buffer(self._instance, vmfb)
-        self._context = ireert.VmContext(self._instance, modules=[hal, self._module])
-        self._invokers = {}
-        self._lock = threading.Lock()
-
-    @property
-    def device_name(self) -> str:
-        return "local-sync" if self.threads == 1 else "local-task"
-
-    def functions(self) -> List[str]:
-        """The module's synchronous entry points (IREE adds ``$async`` twins and ``__init``)."""
-        return [f for f in self._module.function_names if "$" not in f and not f.startswith("__")]
-
-    def _invoker(self, function: str):
-        invoker = self._invokers.get(function)
-        if invoker is None:
-            fn = self._module.lookup_function(function) if function in self.functions() else None
-            if fn is None:
-                raise RuntimeInvocationError(f"no public function @{function}; the module has: {', '.join(self.functions())}")
-            invoker = self._invokers[function] = ireert.FunctionInvoker(self._context, self._device, fn)
-        return invoker
-
-    def invoke(self, function: str, *args: np.ndarray) -> Tuple[np.ndarray, ...]:
-        """Call ``function``; the results are always a tuple of numpy arrays.
-
-        With ``share_buffers``, an argument that is an array this module
-        returned is passed as the device buffer behind it (no upload), and the
-        call may update that buffer in place: IREE writes a fixed-capacity
-        cache's new rows into the past buffer and returns it as present.
-
-        A call the VM fails raises :class:`RuntimeInvocationError`: a failed
-        run-time check with just its message (IREE stops at the first one).
-        """
-        invoker = self._invoker(function)
-        arrays = self._arguments(args)
-        self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
-        with self._lock:
-            try:
-                results = invoker(*arrays)
-            except ValueError as e:
-                raise RuntimeInvocationError(f"@{function}: {e}") from None
-            except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
-                raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
-        if not isinstance(results, tuple):
-            results = (results,)
-        return tuple(self._host_result(function, i, r) for i, r in enumerate(results))
-
-    def resident(self, array: np.ndarray) -> np.ndarray:
-        """A copy of ``array`` on the device, as a host view ``invoke`` passes without an upload (share_buffers)."""
-        if not self.share_buffers:
-            raise GqaTorchMlirError("resident arrays need share_buffers=True")
-        device_array = ireert.asdevicearray(self._device, np.ascontiguousarray(array))
-        host = device_array.to_host()
-        self._resident.remember(host, device_array)
-        return host
-
-    def _arguments(self, args) -> list:
-        """Device arrays for the resident arguments (share_buffers), host arrays for the rest.
-
-        A resident buffer is passed once per call: the call may write it in
-        place, so an argument overlapping one already passed (the same cache fed
-        as past_key and past_value) is uploaded as a copy of its values instead.
-        """
-        passed, shared = [], []
-        for a in args:
-            device_array = self._resident.device_array_of(a) if self.share_buffers else None
-            overlaps = any(np.may_share_memory(a, b) for b in shared)
-            if device_array is not None and not overlaps:
-                shared.append(a)
-                passed.append(device_array)
-            else:
-                passed.append(np.array(a) if overlaps else _host_argument(a))
-        return passed
-
-    def _host_result(self, function: str, i: int, r) -> np.ndarray:
-        # A mapping of the result's own device buffer, which the array keeps alive
-        # (no copy: fresh multi-MB host arrays cost page faults on every call).
-        host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
-        if function == self.function and i < len(self._output_dtypes) and host.dtype != self._output_dtypes[i]:
-            want = np.dtype(self._output_dtypes[i])
-            if not (want.kind in "iu" and host.dtype.kind in "iu" and want.itemsize == host.dtype.itemsize):
-                return host.astype(want)  # IREE returns i1 as i8: a copy, not shared
-            host = host.view(want)  # signless integers (a uint8 cache comes back as int8): the same bytes, shared
-        if hasattr(r, "to_host"):
-            host = np.asarray(_KeepsDeviceArray(host, r))
-        if self.share_buffers and hasattr(r, "to_host"):
-            self._resident.remember(host, r)
-        return host
-
-
-def _host_argument(a):
-    return np.ascontiguousarray(a) if np.ndim(a) else np.asarray(a)
-
-
-class _KeepsDeviceArray:
-    """The owner of a mapped result's memory as NumPy sees it (every view's ``base``).
-
-    The mapping IREE hands out does not keep its device buffer alive: once the
-    DeviceArray was gone, a view of the result (``logits[:, -1]``) kept only
-    the mapping and read memory later calls had reused.  Holding the
-    DeviceArray here ties the buffer's life to the last view of it.
-    """
-
-    def __init__(self, host: np.ndarray, device_array) -> None:
-        self._device_array = device_array
-        self.__array_interface__ = host.__array_interface__
-
-
-class _ResidentArrays:
-    """The host views ``invoke`` handed out, each with the device array it maps.
-
-    Keyed by the view's identity and held weakly: an entry lives as long as
-    the caller keeps the array, so feeding it back finds its device buffer.
-    """
-
-    def __init__(self) -> None:
-        self._by_id = {}
-
-    def remember(self, host: np.ndarray, device_array) -> None:
-        key, owner = id(host), weakref.ref(self)
-
-        def forget(_ref, key=key, owner=owner):
-            registry = owner()
-            if registry is not None:
-                registry._by_id.pop(key, None)
-
-        # The callback holds this registry weakly: a cycle through it would leave the
-        # device arrays to the cyclic GC, which may free them after the IREE device
-        # and instance (a segfault at interpreter exit).
-        self._by_id[key] = (weakref.ref(host, forget), device_array)
-
-    def device_array_of(self, array):
-        """The device array behind ``array``: a view handed out, or a whole-buffer view
-        of one (the uint8 cache crosses as an int8 view of the same bytes)."""
-        view = array
-        while isinstance(view, np.ndarray):
-            entry = self._by_id.get(id(view))
-            if entry is not None and entry[0]() is view:
-                return entry[1] if _same_buffer(array, view) else None
-            view = view.base
-        return None
-
-
-def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
-    """``a`` is all of ``b``'s memory, laid out as ``b`` is (possibly with another element type of its size)."""
-    return (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.shape == b.shape and a.strides == b.strides and a.itemsize == b.itemsize
-    )
+    def __init__(self, threads: Optional[int] = None, extra_flags: Sequence[str] = (), options: Optional[LoweringOptions] = None,
+                 share_buffers: bool = False, plugin: bool = True) -> None:
+        super().__init__(threads, extra_flags, options, share_buffers, plugin, target="iree-cpu")

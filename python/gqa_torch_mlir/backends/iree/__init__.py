@@ -1,0 +1,29 @@
+"""The IREE backends: iree-cpu and iree-cuda.
+
+  targets.py    the targets: iree-compile flags and runtime driver per backend name
+  compiler.py   IreeBackend: import, our passes inside IREE's bindings, iree-compile (needs iree-base-compiler)
+  runtime.py    IreeCompiledModule: a VM flatbuffer on an IREE device (needs only iree-base-runtime)
+
+The compiler's names are loaded on first use, so that a host with only the
+runtime (a GPU machine running a vmfb compiled elsewhere) imports runtime.py
+without iree.compiler.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .targets import COMPILE_FLAGS, TARGETS, IreeTarget
+
+_FROM_COMPILER = ("IreeBackend", "IreeCpuBackend", "LoweredModule")
+_FROM_RUNTIME = ("DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers")
+
+__all__ = ["COMPILE_FLAGS", "TARGETS", "IreeTarget", *_FROM_COMPILER, *_FROM_RUNTIME]
+
+
+def __getattr__(name: str):
+    if name in _FROM_COMPILER:
+        return getattr(importlib.import_module(f"{__name__}.compiler"), name)
+    if name in _FROM_RUNTIME:
+        return getattr(importlib.import_module(f"{__name__}.runtime"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
