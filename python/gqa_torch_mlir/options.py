@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from .errors import GqaTorchMlirError
 
 ATTENTION_FORMS = ("decomposed", "sdpa")
+DEVICES = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,22 @@ class LoweringOptions:
     #   sdpa        aten.scaled_dot_product_attention with enable_gqa where it
     #               can express the op (torch-mlir's lowering repeats K/V)
     attention: str = "decomposed"
+    # What the code is shaped for:
+    #   cpu  the new cache rows scattered; a fixed-capacity buffer read on its
+    #        rows [0, max(seqlens_k) + 1) only (a length read back mid-step)
+    #   gpu  the cache written by a select over its rows (IREE's GPU scatter
+    #        runs on one thread); every row read, masked: no host readback
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_FORMS:
             raise GqaTorchMlirError(f"option attention={self.attention!r} is not one of {', '.join(ATTENTION_FORMS)}")
+        if self.device not in DEVICES:
+            raise GqaTorchMlirError(f"option device={self.device!r} is not one of {', '.join(DEVICES)}")
+
+    def text(self) -> str:
+        """The pass's option string (``attention=sdpa device=gpu``), as ``parse`` reads it."""
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
     @staticmethod
     def parse(text: str) -> "LoweringOptions":

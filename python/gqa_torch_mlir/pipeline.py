@@ -142,6 +142,6 @@ def run_stage(module, stage: str, pipeline: Optional[str], options: Optional[Low
         try:
             pm.run(module.operation)
         except Exception as e:
-            ours = f"{PASS_ARGUMENT}=attention={options.attention}" if options is not None and stage == PASS_ARGUMENT else stage
+            ours = f"{PASS_ARGUMENT}{{{options.text()}}}" if options is not None and stage == PASS_ARGUMENT else stage
             full = ours if pipeline is None else f"builtin.module({pipeline})"
             raise CompileStageError(stage, str(e), repro_command(stage, input_asm, full)) from None

@@ -8,6 +8,9 @@
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %s | FileCheck %s --check-prefix=DECOMPOSED
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline %s | FileCheck %s --check-prefix=BACKEND
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
+// The GPU form (device=gpu, iree-cuda's default): the new row written by a select over the cache
+// rows, no scatter, and every row read, masked: no length read back to the host (aten.item).
+// RUN: gqa-torch-mlir-opt '--convert-onnx-gqa-to-torch=attention=sdpa device=gpu' %s | FileCheck %s --check-prefix=GPU
 
 // B=1, S=1, T=5 cache rows, H=8, Hkv=2 (G=4), Dh=16.
 // DECOMPOSED-LABEL: func.func @decode
@@ -36,4 +39,21 @@
 func.func @decode(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,1,32],f32>, %v: !torch.vtensor<[1,1,32],f32>, %pk: !torch.vtensor<[1,2,4,16],f32>, %pv: !torch.vtensor<[1,2,4,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 8 : si64} : (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,1,32],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1,2,4,16],f32>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>)
   return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,128],f32>, !torch.vtensor<[1,2,5,16],f32>, !torch.vtensor<[1,2,5,16],f32>
+}
+
+// A shared 64-row buffer, f16.
+// GPU-LABEL: func.func @shared_buffer
+// GPU-NOT:     torch.aten.scatter
+// GPU-NOT:     torch.aten.item
+// GPU:         %[[NEW_ROW:.+]] = torch.aten.unsqueeze {{.+}} -> !torch.vtensor<[1,1,64,1],i1>
+// GPU:         %[[NEW_K:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[1,2,64,16],f16>
+// GPU:         %[[PRESENT_K:.+]] = torch.aten.where.self %[[NEW_ROW]], %[[NEW_K]], %arg3 : {{.+}} -> !torch.vtensor<[1,2,64,16],f16>
+// GPU:         torch.aten.where.self {{.+}}, %arg4 : {{.+}} -> !torch.vtensor<[1,2,64,16],f16>
+// GPU-NOT:     torch.aten.slice.Tensor %[[PRESENT_K]]
+// GPU:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,64,16],f32>, !torch.vtensor<[1,2,64,16],f32>
+// GPU-NOT:     torch.aten.item
+// GPU:         return {{.+}}, %[[PRESENT_K]],
+func.func @shared_buffer(%q: !torch.vtensor<[1,1,128],f16>, %k: !torch.vtensor<[1,1,32],f16>, %v: !torch.vtensor<[1,1,32],f16>, %pk: !torch.vtensor<[1,2,64,16],f16>, %pv: !torch.vtensor<[1,2,64,16],f16>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 8 : si64} : (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>
 }

@@ -23,12 +23,16 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     P = tb.size(past_key, 2)
     growth = cache_growth(tb, b, step, past_key)
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
-    index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-    present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
-    present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
+    if b.options.device == "gpu":
+        present_key_BHkvTDc = select_rows(tb, grown(tb, past_key, growth), key_BHkvSDc, step.past_len_B)
+        present_value_BHkvTDc = select_rows(tb, grown(tb, past_value, growth), value_BHkvSDc, step.past_len_B)
+    else:
+        index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
+        present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
+        present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
     may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
-    if may_be_fixed and ins.attention_bias is None and not attrs.qk_output:
+    if may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu":
         rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
@@ -98,13 +102,31 @@ def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, ind
     Rows before ``past_len[b]`` keep the past; rows after the new ones are
     unspecified, as in onnxruntime.
     """
+    return tb.scatter_src(grown(tb, past_BHkvPDh, growth), 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+
+
+def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
+    """The cache with ``growth`` zero rows after the past's: [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]."""
     if growth == 0:
-        grown_BHkvTDh = past_BHkvPDh
-    elif isinstance(growth, int) and None not in past_BHkvPDh.shape and past_BHkvPDh.shape[2] > 0:
-        grown_BHkvTDh = grow_rows(tb, past_BHkvPDh, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
-    else:  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
-        grown_BHkvTDh = tb.pad_dim_end(past_BHkvPDh, 2, growth)  # [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]
-    return tb.scatter_src(grown_BHkvTDh, 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
+        return past_BHkvPDh
+    if isinstance(growth, int) and None not in past_BHkvPDh.shape and past_BHkvPDh.shape[2] > 0:
+        return grow_rows(tb, past_BHkvPDh, growth)
+    return tb.pad_dim_end(past_BHkvPDh, 2, growth)  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
+
+
+def select_rows(tb: TorchBuilder, cache_BHkvTDh: Tensor, new_BHkvSDh: Tensor, past_len_B: Tensor) -> Tensor:
+    """The GPU form of the write: row t of batch row b takes new token t - past_len[b] when that is
+    in [0, S), else keeps the cache's (one elementwise pass over the cache, which IREE's GPU code
+    generation spreads over the whole chip; its scatter runs on one thread).  The rows written
+    are the scatter's whenever the positions pass their run-time check (checks.py)."""
+    T, S = tb.size(cache_BHkvTDh, 2), tb.size(new_BHkvSDh, 2)
+    rel_BT = tb.sub(tb.unsqueeze(tb.arange(T), 0), tb.unsqueeze(past_len_B, 1))  # [1,T] - [B,1] -> [B,T]
+    new_row_B1T1 = tb.unsqueeze(tb.unsqueeze(tb.in_range(rel_BT, 0, tb.dim_sub(S, 1)), 1), 3)  # -> [B,1,T,1]
+    if S == 1:  # one new row: broadcast along T
+        return tb.where(new_row_B1T1, tb.expand(new_BHkvSDh, [-1, -1, T, -1]), cache_BHkvTDh)
+    index_B1T1 = tb.unsqueeze(tb.unsqueeze(tb.clamp_int(rel_BT, 0, tb.dim_sub(S, 1)), 1), 3)  # in bounds: [B,1,T,1]
+    index_BHkvTDh = tb.expand(index_B1T1, [-1, new_BHkvSDh.shape[1], -1, new_BHkvSDh.shape[3]])
+    return tb.where(new_row_B1T1, tb.gather(new_BHkvSDh, 2, index_BHkvTDh), cache_BHkvTDh)
 
 
 def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
@@ -114,7 +136,7 @@ def used_rows(tb: TorchBuilder, step: Step, T: Dim) -> Dim:
     capacity (max_length) is usually far larger, and the rows past the valid
     ones may hold anything (a NaN there would reach P.V as 0 * NaN).
     """
-    last = tb.item(tb.amax(step.seqlens_B, 0))  # [B] -> [1] -> int
+    last = tb.item(tb.amax(step.seqlens_fed_B, 0))  # [B] -> [1] -> int (the si32 values: positions.py says why)
     return tb.dim_max(tb.dim_min(tb.dim_add(last, 1), T), 1)
 
 
