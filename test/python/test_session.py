@@ -388,9 +388,11 @@ DYNAMIC_PACKED = GQAConfig(batch=1, seq=3, past=4, packed=True, dtype="float16",
 
 DYNAMIC_PACKED_TORCH_CHECKS = """
     DYN-LABEL: func.func @{{.+}}(%arg0: !torch.vtensor<[?,?,128],f16>, %arg1: !torch.vtensor<[?,2,?,16],f16>, %arg2: !torch.vtensor<[?,2,?,16],f16>, %arg3: !torch.vtensor<[?],si32>, %arg4: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f16>, !torch.vtensor<[?,2,?,16],f16>, !torch.vtensor<[?,2,?,16],f16>)
-    DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int0, %int64, %int1 : {{.+}} -> !torch.vtensor<[?,?,64],f16>
-    DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int64, %int96, %int1 : {{.+}} -> !torch.vtensor<[?,?,32],f16>
-    DYN-DAG:   torch.aten.slice.Tensor %arg0, %int2, %int96, %int128, %int1 : {{.+}} -> !torch.vtensor<[?,?,32],f16>
+    DYN:       %[[HEADS:.+]] = torch.aten.unflatten.int %arg0, %int2, {{.+}} -> !torch.vtensor<[?,?,8,16],f16>
+    DYN:       %[[QKV:.+]] = torch.aten.transpose.int %[[HEADS]], %int1, %int2 : {{.+}} -> !torch.vtensor<[?,8,?,16],f16>
+    DYN-DAG:   torch.aten.slice.Tensor %[[QKV]], %int1, %int0, %int4, %int1 : {{.+}} -> !torch.vtensor<[?,4,?,16],f16>
+    DYN-DAG:   torch.aten.slice.Tensor %[[QKV]], %int1, %int4, %int6, %int1 : {{.+}} -> !torch.vtensor<[?,2,?,16],f16>
+    DYN-DAG:   torch.aten.slice.Tensor %[[QKV]], %int1, %int6, %int8, %int1 : {{.+}} -> !torch.vtensor<[?,2,?,16],f16>
     DYN:       torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,1,?,?],f32>, {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
     DYN:       return {{.+}} : !torch.vtensor<[?,?,64],f16>, !torch.vtensor<[?,2,?,16],f16>, !torch.vtensor<[?,2,?,16],f16>
 """

@@ -134,15 +134,15 @@ func.func @variable_seqlens_k(%q: !torch.vtensor<[3,1,64],f32>, %k: !torch.vtens
 // -----
 
 // Packed QKV as the importer emits it: key and value are !torch.none operands
-// and the trailing optional slots too; Q, K, V are slices of dim 2.
+// and the trailing optional slots too; the packed rows are split into their
+// 8 heads first, then Q, K, V are slices of whole heads (dim 1).
 // CHECK-LABEL: func.func @packed_qkv
 // CHECK-NOT:     torch.operator
-// CHECK:         %[[Q:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int0, %int64, %int1 : !torch.vtensor<[?,?,128],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[?,?,64],f32>
-// CHECK:         %[[K:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int64, %int96, %int1 {{.+}} -> !torch.vtensor<[?,?,32],f32>
-// CHECK:         %[[V:.+]] = torch.aten.slice.Tensor %arg0, %int2, %int96, %int128, %int1 {{.+}} -> !torch.vtensor<[?,?,32],f32>
-// CHECK:         torch.aten.unflatten.int %[[Q]]
-// CHECK:         torch.aten.unflatten.int %[[K]]
-// CHECK:         torch.aten.unflatten.int %[[V]]
+// CHECK:         %[[HEADS:.+]] = torch.aten.unflatten.int %arg0, %int2, {{.+}} -> !torch.vtensor<[?,?,8,16],f32>
+// CHECK:         %[[QKV:.+]] = torch.aten.transpose.int %[[HEADS]], %int1, %int2 {{.+}} -> !torch.vtensor<[?,8,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int0, %int4, %int1 {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int4, %int6, %int1 {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int6, %int8, %int1 {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
 func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%qkv, %none, %none, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.do_rotary = 0 : si64, torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,128],f32>, !torch.none, !torch.none, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)
