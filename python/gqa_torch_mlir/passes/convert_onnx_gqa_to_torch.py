@@ -10,7 +10,9 @@ apart by its operands and the model's opset imports (dispatch.py).
 It must run before torch-mlir's ``convert-torch-onnx-to-torch``, whose own
 C++ GroupQueryAttention lowering must never see the op.  Last, a uint8
 constant that a function returns is routed through two bitwise NOTs
-(function_outputs.py), which torch-mlir's backend conversion needs.
+(function_outputs.py), which torch-mlir's backend conversion needs, and with
+device=gpu the run-time checks move to the end of their function
+(deferred_checks.py).
 
 The bindings are taken from the op handed to the pass, so the same pass runs
 inside torch-mlir's and IREE's Python bindings.
@@ -26,6 +28,7 @@ from typing import List, Optional
 from .. import patterns as _patterns  # noqa: F401  (registers the lowerings)
 from ..binder import OpBinder
 from ..builder import TorchBuilder, TypeCache
+from ..deferred_checks import defer_runtime_checks
 from ..dispatch import domain_of
 from ..errors import LoweringError
 from ..function_outputs import guard_constant_uint8_results
@@ -141,6 +144,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     rewrite.walk_and_apply_patterns(root, patterns.freeze())
     if route_uint8_results:
         guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
+    if options is not None and options.device == "gpu" and not refused:
+        defer_runtime_checks(root, ir)  # deferred_checks.py: one host read per call, at the end
     return refused
 
 

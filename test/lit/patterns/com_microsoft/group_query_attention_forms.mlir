@@ -9,7 +9,9 @@
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline %s | FileCheck %s --check-prefix=BACKEND
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
 // The GPU form (device=gpu, iree-cuda's default): the new row written by a select over the cache
-// rows, no scatter, and every row read, masked: no length read back to the host (aten.item).
+// rows, no scatter, and every row read, masked: no length read back to the host (aten.item);
+// the run-time checks after the compute, before the return, as one host read of their conjunction
+// (each check's own read and message only when it is false: deferred_checks.py).
 // RUN: gqa-torch-mlir-opt '--convert-onnx-gqa-to-torch=attention=sdpa device=gpu' %s | FileCheck %s --check-prefix=GPU
 
 // B=1, S=1, T=5 cache rows, H=8, Hkv=2 (G=4), Dh=16.
@@ -45,6 +47,7 @@ func.func @decode(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,1,32]
 // GPU-LABEL: func.func @shared_buffer
 // GPU-NOT:     torch.aten.scatter
 // GPU-NOT:     torch.aten.item
+// GPU-NOT:     torch.aten.Bool.Tensor
 // GPU:         %[[NEW_ROW:.+]] = torch.aten.unsqueeze {{.+}} -> !torch.vtensor<[1,1,64,1],i1>
 // GPU:         %[[NEW_K:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[1,2,64,16],f16>
 // GPU:         %[[PRESENT_K:.+]] = torch.aten.where.self %[[NEW_ROW]], %[[NEW_K]], %arg3 : {{.+}} -> !torch.vtensor<[1,2,64,16],f16>
@@ -52,6 +55,17 @@ func.func @decode(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,1,32]
 // GPU-NOT:     torch.aten.slice.Tensor %[[PRESENT_K]]
 // GPU:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,64,16],f32>, !torch.vtensor<[1,2,64,16],f32>
 // GPU-NOT:     torch.aten.item
+// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
+// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
+// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
+// GPU:         %[[ALL:.+]] = torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
+// GPU-NEXT:    %[[ALL_OK:.+]] = torch.aten.Bool.Tensor %[[ALL]]
+// GPU-NEXT:    torch.prim.If %[[ALL_OK]] -> () {
+// GPU-NEXT:      torch.prim.If.yield
+// GPU-NEXT:    } else {
+// GPU-NEXT:      %[[OK:.+]] = torch.aten.Bool.Tensor
+// GPU-NEXT:      torch.runtime.assert %[[OK]], "gqa-torch-mlir: GroupQueryAttention: seqlens_k[b] must be >= 0
+// GPU-NOT:     torch.aten.scaled_dot_product_attention
 // GPU:         return {{.+}}, %[[PRESENT_K]],
 func.func @shared_buffer(%q: !torch.vtensor<[1,1,128],f16>, %k: !torch.vtensor<[1,1,32],f16>, %v: !torch.vtensor<[1,1,32],f16>, %pk: !torch.vtensor<[1,2,64,16],f16>, %pv: !torch.vtensor<[1,2,64,16],f16>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 8 : si64} : (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,1,32],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,1,128],f16>, !torch.vtensor<[1,2,64,16],f16>, !torch.vtensor<[1,2,64,16],f16>)
