@@ -180,6 +180,7 @@ class InferenceSession:
         unknown = set(input_feed) - {a.name for a in self._inputs}
         if unknown:
             raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
+        self._refuse_empty_on_cuda(args)
         try:
             raw = self._compiled.invoke(self._function, *[_signless(a) for a in args])
         except MemoryError:  # a copy of a feed (a broadcast view, say) or an output that does not fit
@@ -209,6 +210,7 @@ class InferenceSession:
         unknown = set(input_feed) - {a.name for a in self._inputs}
         if unknown:
             raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
+        self._refuse_empty_on_cuda(args)
         raw = self._compiled.invoke_device(self._function, *[a if hasattr(a, "device_array") else _signless(a) for a in args])
         results = dict(zip([o.name for o in self._outputs], raw))
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
@@ -216,6 +218,19 @@ class InferenceSession:
         if missing:
             raise RuntimeInvocationError(f"unknown output name(s): {', '.join(missing)}")
         return [results[n] for n in names]
+
+    def _refuse_empty_on_cuda(self, args) -> None:
+        """IREE 3.13's CUDA runtime fails on a zero-size buffer (CUDA_ERROR_INVALID_VALUE in its
+        allocator; docs/gpu.md has the one-op module): named here instead."""
+        if getattr(self._compiled, "driver", None) != "cuda":
+            return
+        for arg, value in zip(self._inputs, args):
+            if 0 in getattr(value, "shape", ()):
+                raise RuntimeInvocationError(
+                    f"input '{arg.name}' has no elements (shape {tuple(value.shape)}): IREE 3.13's CUDA runtime fails on "
+                    "zero-size buffers; on iree-cuda start a generation with a fixed-capacity cache (past and present "
+                    "the same buffer, as onnxruntime-genai's past_present_share_buffer)"
+                )
 
     @staticmethod
     def _feed(arg: NodeArg, feed: Dict[str, np.ndarray]) -> np.ndarray:

@@ -170,7 +170,7 @@ class IreeCompiledModule:
 
     def to_device(self, array: np.ndarray) -> "DeviceValue":
         """A copy of ``array`` in this module's device memory."""
-        host = np.ascontiguousarray(array)
+        host = np.require(array, requirements="C")  # (ascontiguousarray would make a scalar 1-d)
         return DeviceValue(ireert.asdevicearray(self._device, host.view(np.int8) if host.dtype == np.uint8 else host), host.dtype)
 
     def _call(self, function: str, args) -> tuple:
