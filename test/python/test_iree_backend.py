@@ -377,7 +377,7 @@ def test_refusal_raises_lowering_error_with_repro():
     assert len(err.diagnostics) == 1
     assert "attribute 'scale': value inf is not supported" in err.diagnostics[0]
     command = str(err).rsplit("\n", 1)[-1].strip()
-    assert command.startswith("gqa-torch-mlir-opt --convert-onnx-gqa-to-torch ")
+    assert command.startswith("gqa-torch-mlir-opt --pass-pipeline='builtin.module(guard-onnx-indices,convert-onnx-gqa-to-torch)' ")
     tool = os.path.join(os.path.dirname(sys.executable), "gqa-torch-mlir-opt")
     proc = subprocess.run([tool, *shlex.split(command)[1:]], capture_output=True, text=True, check=False)
     assert proc.returncode != 0 and "value inf is not supported" in proc.stderr
