@@ -529,7 +529,7 @@ def test_token_ids_outside_the_vocabulary_fail_a_named_check():
     """The embedded decoder's embedding Gather: torch-mlir's lowering trusts its indices (a
     token id past the vocabulary read garbage, or segfaulted); onnxruntime rejects them.
     Out-of-range ids now fail a run-time check, in-range ones (negative too) agree.
-    (test_index_guards runs Gather on both backends under runtime verification.)"""
+    (test_guards_indices runs Gather on both backends under runtime verification.)"""
     import onnx
 
     from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER, Decoder

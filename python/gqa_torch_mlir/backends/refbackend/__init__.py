@@ -127,7 +127,7 @@ Without our passes of :meth:`RefBackend.compile`: there a failed
 ``cf.assert`` stops the call instead of aborting the process."""
 
 # Where the stop pass may put a return, looked up at each compile: a name of
-# this package so that test_refbackend.py's negative control can replace it.
+# this package so that test_backends_refbackend.py's negative control can replace it.
 _can_return_at = can_return_at
 
 
