@@ -264,13 +264,29 @@ def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[st
         print(line)
 
 
+VECTOR_EXTENSIONS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_tile")
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the vector extensions it reports (Linux), e.g. 'AMD EPYC (avx2 fma avx512f ...)'."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    have = set(flags.group(1).split()) if flags else set()
+    extensions = " ".join(x for x in VECTOR_EXTENSIONS if x in have) or "no AVX2"
+    return f"{name.group(1).strip() if name else platform.machine()} ({extensions})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
     for threads in args.threads:
         bandwidth = read_bandwidth(threads)
         for past in args.past:
