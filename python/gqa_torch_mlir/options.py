@@ -36,6 +36,12 @@ class LoweringOptions:
         if self.device not in DEVICES:
             raise GqaTorchMlirError(f"option device={self.device!r} is not one of {', '.join(DEVICES)}")
 
+    @staticmethod
+    def for_backend(backend: str, attention: "str | None" = None) -> "LoweringOptions":
+        """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` if given."""
+        default = BACKEND_DEFAULTS[backend]
+        return LoweringOptions(attention=attention or default.attention, device=default.device)
+
     def text(self) -> str:
         """The pass's option string (``attention=sdpa device=gpu``), as ``parse`` reads it."""
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -51,3 +57,12 @@ class LoweringOptions:
                 raise GqaTorchMlirError(f"unknown pass option '{item}'; options: {', '.join(sorted(known))} (e.g. attention=decomposed)")
             values[key] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value  # MLIR allows quotes
         return LoweringOptions(**values)
+
+
+#: Per backend, the form measured fastest there (docs/design.md, "Attention forms and performance";
+#: on a GPU: benchmarks/README.md, "GPU").
+BACKEND_DEFAULTS = {
+    "refbackend": LoweringOptions(),
+    "iree-cpu": LoweringOptions(),
+    "iree-cuda": LoweringOptions(attention="sdpa", device="gpu"),
+}

@@ -46,10 +46,6 @@ _ONNX_TYPE_NAMES = {
 
 BACKENDS = ("refbackend", "iree-cpu", "iree-cuda")
 IREE_BACKENDS = tuple(IREE_TARGETS)  # backends/iree/targets.py
-# The attention form each backend runs fastest (measured: see docs/design.md, "Attention forms and performance";
-# on a GPU, IREE's attention op: benchmarks/README.md, "GPU").
-DEFAULT_ATTENTION = {"refbackend": "decomposed", "iree-cpu": "decomposed", "iree-cuda": "sdpa"}
-DEVICE = {"refbackend": "cpu", "iree-cpu": "cpu", "iree-cuda": "gpu"}  # the form of the code (options.py)
 
 
 SDPA_ON_REFBACKEND = (
@@ -124,7 +120,7 @@ class InferenceSession:
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        options = LoweringOptions(attention=attention or DEFAULT_ATTENTION[backend], device=DEVICE[backend])
+        options = LoweringOptions.for_backend(backend, attention)  # options.py: BACKEND_DEFAULTS
         self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
 
     @classmethod

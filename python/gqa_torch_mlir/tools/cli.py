@@ -94,10 +94,8 @@ def _compile_for_iree(args) -> int:
     except ImportError as e:
         raise GqaTorchMlirError(f"--backend {args.backend} needs IREE's compiler ({e}): pip install 'gqa-torch-mlir[iree]'") from None
     from ..options import LoweringOptions
-    from ..session import DEFAULT_ATTENTION, DEVICE
 
-    options = LoweringOptions(attention=args.attention or DEFAULT_ATTENTION[args.backend], device=DEVICE[args.backend])
-    backend = IreeBackend(target=args.backend, options=options)
+    backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention))
     lowered = backend.lower(args.model)
     function = lowered.function
     vmfb = backend.compile_lowered(lowered)

@@ -226,7 +226,7 @@ class IreeBackend:
         if threads is not None and self.target.driver != "local":
             raise GqaTorchMlirError(f"threads is a CPU setting; {target} takes none (got {threads!r})")
         if self.target.driver == "cuda":
-            options = options or LoweringOptions(attention="sdpa", device="gpu")
+            options = options or LoweringOptions.for_backend(target)
             if options.attention != "sdpa":
                 raise GqaTorchMlirError(DECOMPOSED_ON_CUDA)
         self.options = options
