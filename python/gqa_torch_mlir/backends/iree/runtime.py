@@ -23,6 +23,7 @@ import numpy as np
 from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
+from .host_import import InPlaceFeeds, passed_in_place
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
 
@@ -129,6 +130,8 @@ class IreeCompiledModule:
         self._context = ireert.VmContext(self._instance, modules=[hal, self._module])
         self._invokers = {}
         self._lock = threading.Lock()
+        # Large aligned numpy feeds read in place on the CPU (host_import.py); device memory elsewhere.
+        self._in_place = InPlaceFeeds(self._device) if driver == "local" else None
 
     @property
     def device_name(self) -> str:
@@ -175,16 +178,26 @@ class IreeCompiledModule:
 
     def _call(self, function: str, args) -> tuple:
         invoker = self._invoker(function)
-        arrays = self._arguments(args)
-        self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+        hosts = self._arguments(args)
+        arrays, trial = list(hosts), {}
         with self._lock:
+            if self._in_place is not None and not self._in_place.learnt(function):
+                trial = self._in_place.trial_copies(hosts)  # the first call: learn what may be read in place
+                arrays = [trial.get(i, a) for i, a in enumerate(hosts)]
+            else:
+                passed_in_place(self._in_place, function, hosts, arrays)
+            self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+            self.uploaded_bytes += sum(hosts[i].nbytes for i in trial)
             try:
                 results = invoker(*arrays)
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
             except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
                 raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
-        return results if isinstance(results, tuple) else (results,)
+            results = results if isinstance(results, tuple) else (results,)
+            if self._in_place is not None and not self._in_place.learnt(function):
+                self._in_place.learn(function, hosts, trial, list(results))
+        return results
 
     def resident(self, array: np.ndarray) -> np.ndarray:
         """A copy of ``array`` on the device, as a host view ``invoke`` passes without an upload (share_buffers)."""
