@@ -8,7 +8,6 @@ after a function's first call unless the function writes or returns them.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.backends.iree.host_import import ALIGNMENT, MIN_BYTES, aligned_empty, readable_in_place
