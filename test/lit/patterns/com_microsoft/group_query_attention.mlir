@@ -2,9 +2,11 @@
 
 // KV cache, static shapes (B=2, S=3, P=5, H=4, Hkv=2, Dh=16): the past is followed
 // by S zero rows on the sequence axis (a cat: backends fill the new rows only, not
-// the whole present buffer), then scatter.src on dim 2 writes the new K/V
-// at past_len[b] + s, checked at run time and clamped into the 8 rows. No
-// aten.size.int: every dim is static.
+// the whole present buffer); a growing cache gaining several rows then takes row t
+// from new token t - past_len[b] where that is in [0, S) (a gather of the new rows
+// and a select over the 8 rows: one pass writes present), the positions checked at
+// run time. (One new row, or a fixed-capacity buffer, is a scatter: see
+// @decode_scatter below.) No aten.size.int: every dim is static.
 // CHECK-LABEL: func.func @kv_cache
 // CHECK-NOT:     torch.aten.size.int
 // CHECK:         %[[K_BHSD:.+]] = torch.aten.transpose.int %{{.+}} -> !torch.vtensor<[2,2,3,16],f32>
@@ -12,20 +14,40 @@
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: seqlens_k[b] must lie in [0, present length)
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: the new tokens must fit the cache
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: total_sequence_length must equal past length + S
-// CHECK:         %[[ROWS:.+]] = torch.aten.clamp %{{.+}}, %int0, %int7 : !torch.vtensor<[2,3],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,3],si64>
-// CHECK:         %[[INDEX:.+]] = torch.aten.expand %{{.+}} -> !torch.vtensor<[2,2,3,16],si64>
 // CHECK:         %[[EMPTY_K:.+]] = torch.aten.slice.Tensor %arg3, %int2, %int0, %int0, %int1 : {{.+}} -> !torch.vtensor<[2,2,0,16],f32>
 // CHECK:         %[[ZEROS_K:.+]] = torch.aten.constant_pad_nd %[[EMPTY_K]], {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
 // CHECK:         %[[ROWS_K:.+]] = torch.prim.ListConstruct %arg3, %[[ZEROS_K]]
 // CHECK:         %[[GROWN_K:.+]] = torch.aten.cat %[[ROWS_K]], %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
-// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN_K]], %int2, %[[INDEX]], %[[K_BHSD]] : !torch.vtensor<[2,2,8,16],f32>, !torch.int, !torch.vtensor<[2,2,3,16],si64>, !torch.vtensor<[2,2,3,16],f32> -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[NEW_ROW:.+]] = torch.aten.unsqueeze %{{.+}}, %int3 : !torch.vtensor<[2,1,8],i1>, !torch.int -> !torch.vtensor<[2,1,8,1],i1>
+// CHECK:         %[[TOKEN:.+]] = torch.aten.clamp %{{.+}}, %int0, %int2 : !torch.vtensor<[2,8],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,8],si64>
+// CHECK:         %[[NEW_K:.+]] = torch.aten.gather %[[K_BHSD]], %int2, %{{.+}}, %false : !torch.vtensor<[2,2,3,16],f32>, !torch.int, !torch.vtensor<[2,2,8,16],si64>, !torch.bool -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.where.self %[[NEW_ROW]], %[[NEW_K]], %[[GROWN_K]] : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
 // CHECK:         %[[GROWN_V:.+]] = torch.aten.cat %{{.+}}, %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
-// CHECK:         %[[PRESENT_V:.+]] = torch.aten.scatter.src %[[GROWN_V]], %int2, %[[INDEX]], %[[V_BHSD]]
+// CHECK:         %[[NEW_V:.+]] = torch.aten.gather %[[V_BHSD]], %int2,
+// CHECK:         %[[PRESENT_V:.+]] = torch.aten.where.self %{{.+}}, %[[NEW_V]], %[[GROWN_V]]
+// CHECK-NOT:     torch.aten.scatter.src
 // CHECK:         return %{{.+}}, %[[PRESENT_K]], %[[PRESENT_V]] : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
 func.func @kv_cache(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32],f32>, %v: !torch.vtensor<[2,3,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,3,32],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>)
   return %0#0, %0#1, %0#2 : !torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>
+}
+
+// -----
+
+// One new row (decode, B=2, S=1, P=5): scatter.src on dim 2 writes the new K/V at
+// past_len[b], checked at run time and clamped into the 6 rows.
+// CHECK-LABEL: func.func @decode_scatter
+// CHECK:         %[[ROWS:.+]] = torch.aten.clamp %{{.+}}, %int0, %int5 : !torch.vtensor<[2,1],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,1],si64>
+// CHECK:         %[[INDEX:.+]] = torch.aten.expand %{{.+}} -> !torch.vtensor<[2,2,1,16],si64>
+// CHECK:         %[[GROWN_K:.+]] = torch.aten.cat %{{.+}}, %int2 : {{.+}} -> !torch.vtensor<[2,2,6,16],f32>
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN_K]], %int2, %[[INDEX]], %{{.+}} : !torch.vtensor<[2,2,6,16],f32>, !torch.int, !torch.vtensor<[2,2,1,16],si64>, !torch.vtensor<[2,2,1,16],f32> -> !torch.vtensor<[2,2,6,16],f32>
+// CHECK:         %[[PRESENT_V:.+]] = torch.aten.scatter.src %{{.+}}, %int2, %[[INDEX]], %{{.+}}
+// CHECK:         return %{{.+}}, %[[PRESENT_K]], %[[PRESENT_V]]
+func.func @decode_scatter(%q: !torch.vtensor<[2,1,64],f32>, %k: !torch.vtensor<[2,1,32],f32>, %v: !torch.vtensor<[2,1,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[2,1,64],f32>, !torch.vtensor<[2,2,6,16],f32>, !torch.vtensor<[2,2,6,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
+  %none = torch.constant.none
+  %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[2,1,64],f32>, !torch.vtensor<[2,1,32],f32>, !torch.vtensor<[2,1,32],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2,2,5,16],f32>, !torch.vtensor<[2],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[2,1,64],f32>, !torch.vtensor<[2,2,6,16],f32>, !torch.vtensor<[2,2,6,16],f32>)
+  return %0#0, %0#1, %0#2 : !torch.vtensor<[2,1,64],f32>, !torch.vtensor<[2,2,6,16],f32>, !torch.vtensor<[2,2,6,16],f32>
 }
 
 // -----
@@ -52,10 +74,11 @@ func.func @causal_mask(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,
 
 // -----
 
-// Prefill with an empty past (P=0): the cache is padded from 0 to S rows; MHA (H == Hkv).
+// Prefill with an empty past (P=0): the cache is padded from 0 to S rows, which take
+// the new tokens by a select (several new rows); MHA (H == Hkv).
 // CHECK-LABEL: func.func @prefill
 // CHECK:         %[[PAD:.+]] = torch.aten.constant_pad_nd %arg3, {{.+}} : !torch.vtensor<[1,4,0,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[1,4,7,16],f32>
-// CHECK:         torch.aten.scatter.src %[[PAD]], %int2, {{.+}} -> !torch.vtensor<[1,4,7,16],f32>
+// CHECK:         torch.aten.where.self %{{.+}}, %{{.+}}, %[[PAD]] : {{.+}} -> !torch.vtensor<[1,4,7,16],f32>
 // CHECK:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,1,7,7],f32>
 func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64],f32>, %v: !torch.vtensor<[1,7,64],f32>, %pk: !torch.vtensor<[1,4,0,16],f32>, %pv: !torch.vtensor<[1,4,0,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none

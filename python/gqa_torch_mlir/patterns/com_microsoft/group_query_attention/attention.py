@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ....builder import Tensor, TorchBuilder
+from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, static_or_neg1, unless_empty
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
@@ -12,16 +12,25 @@ from .positions import valid_query_rows
 from .support import GqaAttributes
 
 
-def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor, prefix: bool = True) -> Tensor:
-    """P.V with the value rows a batch row does not read zeroed, at the cost of those rows only.
+def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor, prefix: bool = True,
+                       S: Dim = 1) -> Tensor:
+    """P.V with the value rows a batch row does not read zeroed (a 0 probability times a NaN row is NaN).
 
-    Rows [0, m), m the fewest rows any batch row reads, are read by every
-    row: a plain matmul.  Only rows [m, T) go through the select; with batch
-    1 (or aligned rows) that tail is empty.  No control flow: IREE's
-    multi-threaded runtime fails on an ``scf.if`` here.
+    Decode (S = 1): at the cost of those rows only.  Rows [0, m), m the
+    fewest rows any batch row reads, are read by every row: a plain matmul.
+    Only rows [m, T) go through the select; with batch 1 (or aligned rows)
+    that tail is empty.  No control flow: IREE's multi-threaded runtime fails
+    on an ``scf.if`` here.
+
+    Several query rows (S > 1, static): one select over all of V, which
+    costs little beside S times as many multiply-adds, and a matmul with the
+    shapes as they are.  The split's m is read back mid-step and leaves the
+    matmul's reduction dimension dynamic, which IREE's CPU code ran at 60% of
+    the static one's speed (a prefill of 256 tokens spent a third of its
+    time there).
     """
     T = tb.size(v_BHkvTDh, 2)
-    if not prefix:  # a local window: the rows read are a range, zeroed outside it over all rows
+    if not prefix or (isinstance(S, int) and S > 1):  # zeroed over all rows (a window's read rows are a range)
         return tb.matmul(probs_BHkvGST, zero_unread_rows(tb, read_B1T, v_BHkvTDh))
     if T == 1:  # row 0 is read by every batch row
         return tb.matmul(probs_BHkvGST, v_BHkvTDh)
@@ -94,7 +103,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
     probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
     probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
-    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs))  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs), step.S)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
     if factors[1] is not None:
         attn_BHkvGSDh = tb.mul(attn_BHkvGSDh, factors[1])  # x v_scale [1]
     attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]

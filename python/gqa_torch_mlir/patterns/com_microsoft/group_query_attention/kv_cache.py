@@ -23,7 +23,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     P = tb.size(past_key, 2)
     growth = cache_growth(tb, b, step, past_key)
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
-    if b.options.device == "gpu":
+    if b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
         present_key_BHkvTDc = select_rows(tb, grown(tb, past_key, growth), key_BHkvSDc, step.past_len_B)
         present_value_BHkvTDc = select_rows(tb, grown(tb, past_value, growth), value_BHkvSDc, step.past_len_B)
     else:
@@ -38,6 +38,14 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
     return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
+
+
+def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
+    """A growing cache (present a new buffer, every row written anyway) gaining several rows:
+    the select over its rows writes present in one pass, where the scatter's index tensor
+    alone ([B,Hkv,S,Dc] i64) costs more than the rows it writes (2 ms of a 19 ms prefill of
+    256 tokens).  A fixed-capacity buffer keeps the scatter: the select would rewrite it whole."""
+    return isinstance(growth, int) and growth > 0 and isinstance(step.S, int) and step.S > 1
 
 
 def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
