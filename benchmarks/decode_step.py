@@ -15,11 +15,16 @@ Two cache modes, each against onnxruntime in the same mode:
 
 Rows:
   ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
+  ours                 numpy feeds as numpy allocates them (16 bytes past a
+                       64-byte boundary): the past is copied to the device
+                       every call
+  ours aligned         the same numpy past on a 64-byte boundary (as this
+                       package's outputs fed back, or ``aligned_empty``
+                       arrays): read in place, as onnxruntime reads numpy
+                       memory (backends/iree/host_import.py)
   ours resident        growing mode with the past already on the device
                        (``InferenceSession.resident``), as a generation loop
-                       with ``share_buffers`` has it; plain ``ours`` uploads
-                       the numpy past every call (onnxruntime reads numpy
-                       memory in place)
+                       with ``share_buffers`` has it
   upstream             torch-mlir's C++ lowering compiled the same way (growing
                        mode only: it cannot express the shared one), or why not
   bound                K/V bytes read by the step / the read bandwidth numpy
@@ -50,7 +55,7 @@ import numpy as np
 import onnx
 
 from gqa_torch_mlir import InferenceSession
-from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCpuBackend
+from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCpuBackend, aligned_empty
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model, run_onnxruntime
 
 HEADS = dict(batch=1, seq=1, num_heads=32, kv_num_heads=8, head_size=128)
@@ -122,15 +127,19 @@ def ort_shared(model, feeds, threads) -> Runner:
 # -- ours / upstream on iree-cpu ---------------------------------------------------
 
 
-def ours(model, feeds, threads, shared: bool, resident_past: bool = False) -> Runner:
+def ours(model, feeds, threads, shared: bool, resident_past: bool = False, aligned: bool = False) -> Runner:
     """``shared``: the outputs fed back (one buffer); ``resident_past``: a growing step whose past is
-    already on the device, as a generation loop feeding present back has it; else numpy feeds."""
+    already on the device, as a generation loop feeding present back has it; else numpy feeds,
+    ``aligned`` on a 64-byte boundary."""
     sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=shared or resident_past)
     out, key, value = sess.run(None, feeds)
     if shared:
         step = dict(feeds, past_key=key, past_value=value)  # caches stay on the device
     elif resident_past:
         step = dict(feeds, past_key=sess.resident(feeds["past_key"]), past_value=sess.resident(feeds["past_value"]))
+    elif aligned:
+        step = dict(feeds, past_key=aligned_copy(feeds["past_key"]), past_value=aligned_copy(feeds["past_value"]))
+        sess.run(None, step)
     else:
         step = feeds
 
@@ -139,6 +148,12 @@ def ours(model, feeds, threads, shared: bool, resident_past: bool = False) -> Ru
 
     first = run()[0]
     return Runner(run, first, uploaded=sess.uploaded_bytes, written=stream_writes(model, threads))
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    copy = aligned_empty(a.shape, a.dtype)
+    copy[...] = a
+    return copy
 
 
 def trimmed(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -230,6 +245,7 @@ def build_runners(past: int, threads: int) -> Dict[str, Runner]:
         runners[f"{mode}/onnxruntime"] = (ort_shared if shared else ort_growing)(model, feeds, threads)
         runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared)
         if mode == "growing":
+            runners[f"{mode}/ours aligned"] = ours(model, feeds, threads, shared=False, aligned=True)
             runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True)
             try:
                 runners[f"{mode}/upstream"] = upstream(model, feeds, threads)

@@ -3,6 +3,7 @@
   targets.py    the targets: iree-compile flags and runtime driver per backend name
   compiler.py   IreeBackend: import, our passes inside IREE's bindings, iree-compile (needs iree-base-compiler)
   runtime.py    IreeCompiledModule: a VM flatbuffer on an IREE device (needs only iree-base-runtime)
+  host_import.py  large aligned numpy feeds read in place on the CPU (aligned_empty makes such arrays)
 
 The compiler's names are loaded on first use, so that a host with only the
 runtime (a GPU machine running a vmfb compiled elsewhere) imports runtime.py
@@ -17,8 +18,9 @@ from .targets import COMPILE_FLAGS, TARGETS, IreeTarget
 
 _FROM_COMPILER = ("IreeBackend", "IreeCpuBackend", "LoweredModule")
 _FROM_RUNTIME = ("DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers")
+_FROM_HOST_IMPORT = ("aligned_empty",)
 
-__all__ = ["COMPILE_FLAGS", "TARGETS", "IreeTarget", *_FROM_COMPILER, *_FROM_RUNTIME]
+__all__ = ["COMPILE_FLAGS", "TARGETS", "IreeTarget", *_FROM_COMPILER, *_FROM_RUNTIME, *_FROM_HOST_IMPORT]
 
 
 def __getattr__(name: str):
@@ -26,4 +28,6 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(f"{__name__}.compiler"), name)
     if name in _FROM_RUNTIME:
         return getattr(importlib.import_module(f"{__name__}.runtime"), name)
+    if name in _FROM_HOST_IMPORT:
+        return getattr(importlib.import_module(f"{__name__}.host_import"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,124 @@
+"""Where one GroupQueryAttention step's time goes on iree-cpu, dispatch by dispatch.
+
+    .venv/bin/python benchmarks/dispatch_profile.py [--case shared4095 growing1023 prefill256 ...] [--threads 1 2]
+
+Compiles the step as ``InferenceSession(backend="iree-cpu")`` does, runs it
+under ``iree-benchmark-module`` with IREE's HAL profiling
+(``--device_profiling_mode=host-execution``: every dispatch's start and end,
+and its workgroups' summed run time) and prints, per dispatch of a step:
+
+  wall      its median-free mean duration (start of its first workgroup to end of its last)
+  share     of the summed dispatch walls
+  wgs       workgroups (IREE's unit of work: local-task spreads them over its workers)
+  cpu       the workgroups' summed run time; cpu / (wall x threads) is how busy the workers were
+
+and the step's wall time as iree-benchmark-module measures it without
+profiling, beside the summed dispatch walls (the rest is the runtime's:
+submissions, waits, the mid-step length read back). Cases: ``growingP`` and
+``sharedP`` (decode, B=1, S=1, past P, as benchmarks/decode_step.py) and
+``prefillS`` (S tokens, no past). Not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Tuple
+
+import numpy as np
+import onnx
+
+from gqa_torch_mlir.backends.iree import IreeCpuBackend
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
+
+HEADS = dict(batch=1, num_heads=32, kv_num_heads=8, head_size=128)
+TOOLS = os.path.dirname(sys.executable)
+
+
+def config(case: str) -> GQAConfig:
+    kind, n = re.fullmatch(r"(growing|shared|prefill)(\d+)", case).groups()
+    n = int(n)
+    if kind == "growing":
+        return GQAConfig(seq=1, past=n, **HEADS)
+    if kind == "shared":
+        return GQAConfig(seq=1, past=n + 1, past_lens=(n,), fixed_capacity=True, **HEADS)
+    return GQAConfig(seq=n, past=0, **HEADS)
+
+
+def write_step(case: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:
+    """The compiled step (vmfb), its function and ``--input=@file.npy`` flags."""
+    cfg = config(case)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    compiled = IreeCpuBackend(threads=threads).compile(model)
+    vmfb = os.path.join(tmp, f"{case}.vmfb")
+    with open(vmfb, "wb") as f:
+        f.write(compiled.vmfb)
+    inputs = []
+    for i in model.graph.input:
+        if feeds.get(i.name) is not None:
+            path = os.path.join(tmp, f"{case}_{i.name}.npy")
+            np.save(path, feeds[i.name])
+            inputs.append(f"--input=@{path}")
+    return vmfb, compiled.function, inputs
+
+
+def benchmark(vmfb: str, function: str, inputs: List[str], threads: int, extra: List[str]) -> str:
+    device = ["--device=local-sync"] if threads == 1 else ["--device=local-task", f"--task_topology_group_count={threads}"]
+    cmd = [os.path.join(TOOLS, "iree-benchmark-module"), f"--module={vmfb}", f"--function={function}", *inputs, *device,
+           "--benchmark_min_time=1s", *extra]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def step_ms(stdout: str) -> float:
+    m = re.search(r"real_time\s+([\d.]+) (ms|us)", stdout)
+    return float(m.group(1)) * (1e-3 if m.group(2) == "us" else 1.0)
+
+
+def dispatches(profile: str) -> List[Dict]:
+    out = subprocess.run([os.path.join(TOOLS, "iree-profile"), "dispatch", "--format=jsonl", profile],
+                         check=True, capture_output=True, text=True).stdout
+    return [d for d in map(json.loads, out.splitlines()) if d.get("type") == "host_dispatch_group"]
+
+
+def report(case: str, threads: int, wall_ms: float, groups: List[Dict]) -> None:
+    steps = min(g["count"] for g in groups)  # every dispatch runs at least once a step
+    per_step = [(g, g["count"] / steps, g["avg_ns"] / 1e3, g["total_tile_duration_sum_ns"] / g["count"] / 1e3) for g in groups]
+    total_us = sum(n * wall for _, n, wall, _ in per_step)
+    print(f"\n{case}, {threads} thread(s): step {wall_ms:.3f} ms (iree-benchmark-module, no profiling); "
+          f"dispatches {total_us / 1e3:.3f} ms summed over {sum(n for _, n, _, _ in per_step):.0f} a step")
+    print(f"  {'dispatch':58s} {'x':>3s} {'wall us':>9s} {'share':>6s} {'wgs':>5s} {'cpu us':>9s} {'busy':>5s}")
+    for g, n, wall, cpu in sorted(per_step, key=lambda r: -r[1] * r[2]):
+        if n * wall < 0.005 * total_us:
+            continue
+        name = g["key"].split("_dispatch_", 1)[-1]
+        busy = cpu / (wall * threads) if wall else 0.0
+        print(f"  {name[:58]:58s} {n:3.0f} {wall:9.1f} {100 * n * wall / total_us:5.1f}% "
+              f"{g['total_tile_count'] / g['count']:5.0f} {cpu:9.1f} {busy:5.2f}")
+    small = [(n, wall) for _, n, wall, _ in per_step if n * wall < 0.005 * total_us]
+    if small:
+        print(f"  {len(small)} more dispatches, {sum(n * w for n, w in small):.1f} us together")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", nargs="*", default=["shared4095", "growing1023", "prefill256"])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.case:
+            for threads in args.threads:
+                vmfb, function, inputs = write_step(case, threads, tmp)
+                wall = step_ms(benchmark(vmfb, function, inputs, threads, []))
+                profile = os.path.join(tmp, "step.ireeprof")
+                benchmark(vmfb, function, inputs, threads, ["--device_profiling_mode=host-execution,executable-metadata",
+                                                           f"--device_profiling_output={profile}"])
+                report(case, threads, wall, dispatches(profile))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""One GroupQueryAttention prefill (B=1, S tokens, no past, H=32, Hkv=8, Dh=128, fp32): ours on
+iree-cpu against onnxruntime's kernel, measured alternately in one process.
+
+    .venv/bin/python benchmarks/prefill_step.py [--seq 256 1024] [--threads 1 2] [--repeats 10]
+
+Prints median milliseconds, the ratio to onnxruntime (lower is faster;
+<= 1.0 beats it), the largest output difference, and the CPU it ran on.
+benchmarks/dispatch_profile.py --case prefill256 shows where the time goes.
+Not a test: numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from decode_step import cpu_model, ort_session
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
+
+HEADS = dict(batch=1, past=0, num_heads=32, kv_num_heads=8, head_size=128)
+
+
+def runners(seq: int, threads: int):
+    cfg = GQAConfig(seq=seq, **HEADS)
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    theirs = ort_session(model, threads)
+    ours = InferenceSession(model, backend="iree-cpu", threads=threads)
+    return {"onnxruntime": lambda: theirs.run(None, feeds)[0], "ours": lambda: ours.run(None, feeds)[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, nargs="*", default=[256, 1024])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    for threads in args.threads:
+        for seq in args.seq:
+            run = runners(seq, threads)
+            outputs = {k: np.asarray(r()) for k, r in run.items()}
+            times = {k: [] for k in run}
+            for _ in range(args.repeats):  # alternate so load changes hit every runner alike
+                for key, r in run.items():
+                    t = time.perf_counter()
+                    r()
+                    times[key].append(time.perf_counter() - t)
+            base = statistics.median(times["onnxruntime"])
+            diff = float(np.max(np.abs(outputs["ours"] - outputs["onnxruntime"])))
+            print(f"\nprefill S={seq}, {threads} thread(s), median of {args.repeats}")
+            for key, ts in times.items():
+                med = statistics.median(ts)
+                print(f"  {key:12s} {1e3 * med:9.2f} ms  {med / base:5.2f}x onnxruntime" + (f"  max|diff| {diff:.1e}" if key == "ours" else ""))
+
+
+if __name__ == "__main__":
+    main()
