@@ -569,6 +569,11 @@ class TorchBuilder:
         indices = self.tensor_list([index], optional=True)
         return self.tensor_op("torch.aten.index.Tensor", [table.value, indices], shape, table.dtype)
 
+    def slice_scatter(self, t: Tensor, src: Tensor, dim: int, start: Dim, end: Dim) -> Tensor:
+        """``t`` with ``t[..., start:end, ...] = src`` on ``dim`` (``start``/``end`` may be dynamic)."""
+        operands = [t.value, src.value, self.int(dim), self.dim_value(start), self.dim_value(end), self.int(1)]
+        return self.tensor_op("torch.aten.slice_scatter", operands, t.shape, t.dtype)
+
     def scatter_src(self, t: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
         return self.tensor_op("torch.aten.scatter.src", [t.value, self.int(dim), index.value, src.value], t.shape, t.dtype)
 

@@ -10,6 +10,7 @@ The driver below reads top-down; each step lives in a module of its own:
   window_cache.py     window-sized buffer (sliding_window_cache=1)
   quantized_cache.py  int8 / packed int4 caches
   masks.py            visible keys, read rows, attention_bias
+  query_blocks.py     a long causal prefill attended in blocks of query rows
   attention.py        SDPA or the decomposed form
 
 Dimension letters (onnxruntime's CPU kernel is the spec):
@@ -54,6 +55,7 @@ from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
 from .kv_cache import kv_cache_step
 from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
+from .query_blocks import blocked_attention, can_block
 from .positions import rotary_tables, step_positions
 from .quantized_cache import CacheCodec
 from .shapes import unify_dims
@@ -109,14 +111,20 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     else:
         bias = padded_bias(tb, ins, step, cache.present_key)
     keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
+    if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
+        keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
+        if can_block(attrs, ins, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
+            def attend_block(block_step, q, k, v, visible, read):
+                return decomposed_attention(tb, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
+            return blocked_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
         return decomposed_attention(
             tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors,
         )
-    # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
-    key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
-    value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
+    if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
+        key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
+        value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
     return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, static_or_neg1, unless_empty
@@ -12,9 +13,10 @@ from .positions import valid_query_rows
 from .support import GqaAttributes
 
 
-def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Tensor, prefix: bool = True,
-                       S: Dim = 1) -> Tensor:
-    """P.V with the value rows a batch row does not read zeroed (a 0 probability times a NaN row is NaN).
+def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tensor, read_B1T: Optional[Tensor],
+                       prefix: bool = True, S: Dim = 1) -> Tensor:
+    """P.V with the value rows a batch row does not read zeroed (a 0 probability times a NaN row is NaN);
+    ``read_B1T`` None: every row is read.
 
     Decode (S = 1): at the cost of those rows only.  Rows [0, m), m the
     fewest rows any batch row reads, are read by every row: a plain matmul.
@@ -30,6 +32,8 @@ def probs_times_values(tb: TorchBuilder, probs_BHkvGST: Tensor, v_BHkvTDh: Tenso
     time there).
     """
     T = tb.size(v_BHkvTDh, 2)
+    if read_B1T is None:  # every row is read by every batch row
+        return tb.matmul(probs_BHkvGST, v_BHkvTDh)
     if not prefix or (isinstance(S, int) and S > 1):  # zeroed over all rows (a window's read rows are a range)
         return tb.matmul(probs_BHkvGST, zero_unread_rows(tb, read_B1T, v_BHkvTDh))
     if T == 1:  # row 0 is read by every batch row

@@ -55,3 +55,6 @@ class CacheStep:
     read_value: Tensor
     key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
     window: Optional[Any] = None  # a window cache's WindowPlan (window_cache.py builds on these records)
+    # Every read row is read by every batch row (one batch row, read on its rows [0, seqlens_k + 1)):
+    # nothing to zero before P.V, and no count of the rows all batch rows read to read back.
+    every_row_read: bool = False

@@ -23,6 +23,8 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     P = tb.size(past_key, 2)
     growth = cache_growth(tb, b, step, past_key)
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
+    if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1 and not _fresh_buffer_of_many_rows(growth, step):
+        return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
     if b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
         present_key_BHkvTDc = select_rows(tb, grown(tb, past_key, growth), key_BHkvSDc, step.past_len_B)
         present_value_BHkvTDc = select_rows(tb, grown(tb, past_value, growth), value_BHkvSDc, step.past_len_B)
@@ -32,12 +34,16 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
     may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
+    every_row_read = False
     if may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu":
         rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
+        # one batch row reads rows [0, seqlens_k[0]] = [0, R) (a larger seqlens_k fails its run-time check)
+        every_row_read = key_BHkvSDc.shape[0] == 1
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
-    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R,
+                     every_row_read=every_row_read)
 
 
 def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
@@ -46,6 +52,37 @@ def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
     alone ([B,Hkv,S,Dc] i64) costs more than the rows it writes (2 ms of a 19 ms prefill of
     256 tokens).  A fixed-capacity buffer keeps the scatter: the select would rewrite it whole."""
     return isinstance(growth, int) and growth > 0 and isinstance(step.S, int) and step.S > 1
+
+
+def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """One batch row on the CPU: its new rows copied in as one block, at a row read back to the host,
+    and the cache read on its rows [0, seqlens_k + 1) (every one of them read: no zeroing, no count).
+
+    The scatter's form built an index tensor and ran 6 small dispatches a cache; this is one
+    copy, in place in a fixed-capacity buffer.  The block [past_len, past_len + S) is the
+    scatter's rows whenever they pass their run-time check (checked_cache_rows).
+    """
+    T = tb.dim_add(tb.size(past_key, 2), growth)
+    start, rows = one_row_lengths(tb, step, T)
+    end = tb.dim_add(start, step.S)
+    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # rows [start, end) <- new
+    present_value = tb.slice_scatter(grown(tb, past_value, growth), value_BHkvSDc, 2, start, end)
+    if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
+        return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
+    read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
+    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True)
+
+
+def one_row_lengths(tb: TorchBuilder, step: Step, T: Dim):
+    """(start, R) of the one batch row, read back to the host together as one int64:
+    start = past_len clamped to [0, T - S] and R = seqlens_k + 1 clamped to [1, T]."""
+    start_1 = tb.clamp_int(step.past_len_B, 0, tb.dim_max(tb.dim_sub(T, step.S), 0))  # si64 [1]
+    rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
+    packed = tb.item(tb.add(tb.mul_int_scalar(start_1, _HALF), rows_1))  # both < 2^32: one host read
+    return tb.dim_floordiv(packed, _HALF), tb.dim_remainder(packed, _HALF)
+
+
+_HALF = 1 << 32
 
 
 def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):

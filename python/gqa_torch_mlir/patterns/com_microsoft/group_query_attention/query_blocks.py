@@ -1,0 +1,53 @@
+"""A long causal prefill attended in blocks of query rows, each over the keys it can see.
+
+Query s of batch row b sees keys t <= past_len[b] + s, and the run-time
+checks keep past_len[b] <= R - S (the new rows fit the R rows read).  So the
+queries [start, stop) see no key at or past R - S + stop: each block reads
+the keys [0, R - S + stop) only.  Over S = 1024 in blocks of 128 that is
+56% of the score matrix, and each block's scores (32 heads x 128 x at most
+R floats) stay an eighth of the whole, which the softmax's passes over
+memory read back.
+
+Only where every size involved is static and nothing needs the whole score
+matrix: causal attention over a position-indexed cache (no window cache),
+no attention_bias, no output_qk.  The blocks' attention is the decomposed
+form's, concatenated along S.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ....builder import Tensor, TorchBuilder
+
+
+
+def block_rows(S: int) -> int:
+    """Query rows per block, as measured fastest on iree-cpu (benchmarks/prefill_step.py, 1 thread):
+    S=256 in blocks of 256/128/64/32 ran at 1.46/1.14/1.00/1.01x onnxruntime, S=1024 in blocks of
+    256/128/64 at 1.51/1.26/1.33x (smaller blocks skip more masked keys but add dispatches)."""
+    return 64 if S <= 512 else 128
+
+
+def can_block(attrs, ins, step, key_BHkvRDh: Tensor, bias) -> bool:
+    S, R = step.S, key_BHkvRDh.shape[2]
+    return (
+        isinstance(S, int) and S >= 2 * block_rows(S) and isinstance(R, int) and R >= S
+        and attrs.causal and not attrs.window_cache and not attrs.qk_output and bias is None
+    )
+
+
+def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
+    """``attend(step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S."""
+    S, R = step.S, key_BHkvRDh.shape[2]
+    rows, blocks = block_rows(S), []
+    for start in range(0, S, rows):
+        stop = min(S, start + rows)
+        keys = R - S + stop  # the keys [0, keys) are all the block can see
+        q_BHSbDh = tb.slice(query_BHSDh, 2, start, stop)  # [B,H,S,Dh] -> [B,H,Sb,Dh]
+        k_BHkvKDh = tb.slice(key_BHkvRDh, 2, 0, keys)  # [B,Hkv,R,Dh] -> [B,Hkv,K,Dh]
+        v_BHkvKDh = tb.slice(value_BHkvRDh, 2, 0, keys)
+        visible_BSbK = tb.slice(tb.slice(visible_BSR, 1, start, stop), 2, 0, keys)  # [B,S,R] -> [B,Sb,R] -> [B,Sb,K]
+        read_B1K = None if read_B1R is None else tb.slice(read_B1R, 2, 0, keys)  # [B,1,R] -> [B,1,K]
+        blocks.append(attend(replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K))
+    return tb.cat(blocks, 2)  # -> [B,H,S,Dh]

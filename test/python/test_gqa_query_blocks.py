@@ -1,0 +1,67 @@
+"""Long causal prefills attended in blocks of query rows (group_query_attention/query_blocks.py),
+and the decode step of one batch row without the rows-read split (kv_cache.py's every_row_read).
+
+Each case runs on the refbackend and iree-cpu against onnxruntime, and the IR
+shows the form was taken (or, where it must not be, was not): the blocks are
+one P.V matmul each, and a one-row decode reads back one length, not two.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gqa_torch_mlir import InferenceSession, compile
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+
+C = GQAConfig
+
+# S = 160: blocks of 64, 64 and 32 query rows
+BLOCKED = [
+    ("prefill", C(seq=160), {}, 3),
+    ("prefill_rotary_f16", C(seq=160, rotary=True, dtype="float16"), {}, 3),
+    ("chunk_after_a_past", C(seq=160, past=24, rotary=True), {}, 3),
+    ("batch_of_two", C(batch=2, seq=160), {}, 3),
+    ("local_window_softcap", C(seq=160), {"local_window_size": 40, "softcap": 20.0}, 3),
+    ("head_sink", C(seq=160, head_sink=True), {}, 3),
+    ("smooth_softmax", C(seq=160), {"smooth_softmax": 1}, 3),
+    ("int8_cache", C(seq=160, kv_bits=8), {}, 3),
+    # not blocked: output_qk needs every score, attention_bias is not sliced, a fixed-capacity
+    # buffer is read on a length known at run time only
+    ("qk_output", C(seq=160), {"qk_output": 1}, 1),
+    ("attention_bias", C(seq=160, attention_bias="B1"), {}, 1),
+    ("fixed_capacity", C(batch=2, seq=130, past=200, past_lens=(0, 0), fixed_capacity=True), {}, 1),
+]
+
+
+def pv_matmuls(model) -> int:
+    """P.V matmuls in the torch IR: each block has one Q.K^T and one P.V."""
+    return str(compile(model, "torch")).count("torch.aten.matmul") // 2
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("name,cfg,attrs,blocks", BLOCKED, ids=[c[0] for c in BLOCKED])
+def test_blocked_prefill_matches_onnxruntime(name, cfg, attrs, blocks, backend):
+    model, feeds = make_model(cfg, attrs), make_inputs(cfg, seed=17)
+    if backend == "refbackend":
+        assert pv_matmuls(model) == blocks, name
+    session = InferenceSession(model, backend=backend, **({"threads": 1} if backend == "iree-cpu" else {}))
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, f"{name} on {backend}:\n" + "\n".join(problems)
+
+
+def readbacks(model) -> int:
+    return str(compile(model, "torch")).count("torch.aten.item")
+
+
+@pytest.mark.parametrize("cfg,want", [
+    (C(seq=1, past=64, past_lens=(40,), fixed_capacity=True), 1),  # the read rows' length only
+    (C(batch=2, seq=1, past=64, past_lens=(40, 7), fixed_capacity=True), 2),  # and the rows every batch row reads
+], ids=["one_row", "two_rows"])
+def test_one_row_decode_reads_back_one_length(cfg, want):
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=5)
+    assert readbacks(model) == want
+    session = InferenceSession(model, backend="iree-cpu", threads=1)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
