@@ -31,7 +31,6 @@ import tempfile
 from typing import Dict, List, Tuple
 
 import numpy as np
-import onnx
 
 from gqa_torch_mlir.backends.iree import IreeCpuBackend
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
