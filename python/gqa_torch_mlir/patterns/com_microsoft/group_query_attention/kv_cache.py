@@ -17,7 +17,8 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
 
     A buffer that may be fixed-capacity is read on its rows [0, R) only,
     R = max(seqlens_k) + 1, unless attention_bias or output_qk keep its
-    capacity as their key columns.
+    capacity as their key columns.  On the CPU, one batch row takes
+    ``one_row_step``; a growing cache gaining several rows, the select.
     """
     past_key, past_value = past_caches(tb, ins, attrs)
     P = tb.size(past_key, 2)
@@ -34,16 +35,12 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
     may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
-    every_row_read = False
     if may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu":
         rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
-        # one batch row reads rows [0, seqlens_k[0]] = [0, R) (a larger seqlens_k fails its run-time check)
-        every_row_read = key_BHkvSDc.shape[0] == 1
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
-    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R,
-                     every_row_read=every_row_read)
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
 
 
 def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
