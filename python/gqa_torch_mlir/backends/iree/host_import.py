@@ -101,13 +101,10 @@ class InPlaceFeeds:
         self._copied[function] = copied
 
 
-def passed_in_place(feeds: "Optional[InPlaceFeeds]", function: str, args: Sequence, prepared: List) -> int:
-    """Replace, in ``prepared``, each argument that may be read in place by its imported buffer; the bytes so read."""
+def passed_in_place(feeds: "Optional[InPlaceFeeds]", function: str, args: Sequence, prepared: List) -> None:
+    """Replace, in ``prepared``, each argument that may be read in place by its imported buffer."""
     if feeds is None or not feeds.learnt(function):
-        return 0
-    saved = 0
+        return
     for i, a in enumerate(args):
         if prepared[i] is a and feeds.may_import(function, i, a):
             prepared[i] = feeds.imported(a)
-            saved += a.nbytes
-    return saved
