@@ -24,7 +24,7 @@ read in place; any that fails keeps the copy:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Sequence, Set
 
 import numpy as np
 
@@ -49,9 +49,14 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def _large_float(a) -> bool:
+    """The feeds worth reading in place (see Size and type above)."""
+    return isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.nbytes >= MIN_BYTES
+
+
 def readable_in_place(a) -> bool:
     return (
-        isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.nbytes >= MIN_BYTES and a.flags.c_contiguous
+        _large_float(a) and a.flags.c_contiguous
         and a.flags.writeable  # IREE's import asks a writable buffer (it only reads it: see above)
         and a.ctypes.data % ALIGNMENT == 0 and map_dtype_to_element_type(a.dtype) is not None
     )
@@ -67,8 +72,10 @@ class InPlaceFeeds:
     def learnt(self, function: str) -> bool:
         return function in self._copied
 
-    def may_import(self, function: str, position: int, a) -> bool:
-        return position not in self._copied.get(function, ()) and readable_in_place(a)
+    def passed(self, function: str, args: Sequence) -> List:
+        """``args`` with each one that may be read in place (a function already learnt) as its imported buffer."""
+        copied = self._copied[function]
+        return [self.imported(a) if i not in copied and readable_in_place(a) else a for i, a in enumerate(args)]
 
     def imported(self, a: np.ndarray):
         """``a`` as a device array over its own memory, for one call.
@@ -86,7 +93,7 @@ class InPlaceFeeds:
         could be read in place, to be checked after the call."""
         return {
             i: ireert.asdevicearray(self._device, a)
-            for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.nbytes >= MIN_BYTES
+            for i, a in enumerate(args) if _large_float(a)
         }
 
     def learn(self, function: str, args: Sequence, copies: Dict[int, object], results: List) -> None:
@@ -99,12 +106,3 @@ class InPlaceFeeds:
             if returned or not np.array_equal(after, args[i], equal_nan=True):
                 copied.add(i)
         self._copied[function] = copied
-
-
-def passed_in_place(feeds: "Optional[InPlaceFeeds]", function: str, args: Sequence, prepared: List) -> None:
-    """Replace, in ``prepared``, each argument that may be read in place by its imported buffer."""
-    if feeds is None or not feeds.learnt(function):
-        return
-    for i, a in enumerate(args):
-        if prepared[i] is a and feeds.may_import(function, i, a):
-            prepared[i] = feeds.imported(a)

@@ -23,7 +23,7 @@ import numpy as np
 from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
-from .host_import import InPlaceFeeds, passed_in_place
+from .host_import import InPlaceFeeds
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
 
@@ -179,13 +179,14 @@ class IreeCompiledModule:
     def _call(self, function: str, args) -> tuple:
         invoker = self._invoker(function)
         hosts = self._arguments(args)
-        arrays, trial = list(hosts), {}
+        arrays, trial = hosts, {}
         with self._lock:
-            if self._in_place is not None and not self._in_place.learnt(function):
-                trial = self._in_place.trial_copies(hosts)  # the first call: learn what may be read in place
+            learning = self._in_place is not None and not self._in_place.learnt(function)
+            if learning:  # the first call: on copies, to learn what may be read in place
+                trial = self._in_place.trial_copies(hosts)
                 arrays = [trial.get(i, a) for i, a in enumerate(hosts)]
-            else:
-                passed_in_place(self._in_place, function, hosts, arrays)
+            elif self._in_place is not None:
+                arrays = self._in_place.passed(function, hosts)
             self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
             self.uploaded_bytes += sum(hosts[i].nbytes for i in trial)
             try:
@@ -195,7 +196,7 @@ class IreeCompiledModule:
             except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
                 raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
             results = results if isinstance(results, tuple) else (results,)
-            if self._in_place is not None and not self._in_place.learnt(function):
+            if learning:
                 self._in_place.learn(function, hosts, trial, list(results))
         return results
 
