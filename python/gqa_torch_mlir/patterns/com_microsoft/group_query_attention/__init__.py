@@ -115,7 +115,7 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
-        if can_block(attrs, ins, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
+        if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
             def attend_block(block_step, q, k, v, visible, read):
                 return decomposed_attention(tb, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
             return blocked_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None

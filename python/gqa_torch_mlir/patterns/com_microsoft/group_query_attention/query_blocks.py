@@ -21,7 +21,6 @@ from dataclasses import replace
 from ....builder import Tensor, TorchBuilder
 
 
-
 def block_rows(S: int) -> int:
     """Query rows per block, as measured fastest on iree-cpu (benchmarks/prefill_step.py, 1 thread):
     S=256 in blocks of 256/128/64/32 ran at 1.46/1.14/1.00/1.01x onnxruntime, S=1024 in blocks of
@@ -29,7 +28,8 @@ def block_rows(S: int) -> int:
     return 64 if S <= 512 else 128
 
 
-def can_block(attrs, ins, step, key_BHkvRDh: Tensor, bias) -> bool:
+def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
+    """Whether the module docstring's conditions hold (``bias``: attention_bias as attention sees it, or None)."""
     S, R = step.S, key_BHkvRDh.shape[2]
     return (
         isinstance(S, int) and S >= 2 * block_rows(S) and isinstance(R, int) and R >= S
