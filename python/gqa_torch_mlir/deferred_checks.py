@@ -1,9 +1,11 @@
-"""On a GPU, run-time checks read back once per call, at the end (pass option device=gpu).
+"""Run-time checks read back once per call, at the end (pass option device=gpu, and the IREE backends).
 
 A ``torch.runtime.assert`` on a tensor's value (``aten.Bool.Tensor`` of a
 reduction) makes the host wait for the device there: IREE loads the i1 back
 before the assert can run, so a decode step with seven checks synchronised
-seven times (measured on an H200: 140 us of a 0.39 ms step).  Here each such
+seven times (measured on an H200: 140 us of a 0.39 ms step; on the CPU with
+two local-task workers, a shared decode step at past 1023 ran 1.3x faster
+with its five checks deferred, benchmarks/README.md "CPU, round 3").  Here each such
 check, with the ``aten.Bool.Tensor`` read that feeds only it, moves to the
 end of its function, and the checks on tensors are joined: one read of their
 conjunction, then, only when it is false, the reads and asserts themselves

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -315,6 +316,7 @@ def test_pass_runs_in_iree_bindings(tmp_path):
     assert context is lowered.session.context
     assert context.is_registered_operation("torch.aten.scatter.src")
     # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
+    # The run-time checks come after the attention, read back once (deferred_checks.py).
     filecheck(
         lowered.asm(),
         f"""\
@@ -324,6 +326,9 @@ def test_pass_runs_in_iree_bindings(tmp_path):
         CHECK: = torch.aten.scatter.src %
         CHECK: = torch.aten.matmul %
         CHECK: = torch.aten.matmul %
+        CHECK-NOT: torch.runtime.assert
+        CHECK: torch.prim.If
+        CHECK: torch.runtime.assert
         CHECK-NOT: onnx.GroupQueryAttention
         CHECK: return
         """,
@@ -422,6 +427,24 @@ def test_failed_run_time_check_raises_its_message():
     assert "bytecode module" not in text and "FAILED_PRECONDITION" not in text, text
     assert "bytecode module" in str(info.value.__cause__)  # IREE's whole report is kept
     assert_matches(cfg, run_session(sess, good), run_onnxruntime(make_model(cfg), good), good, "after the failure")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_deferred_checks_name_the_failing_one(threads):
+    """The checks run after the step, one read of their conjunction; a failing one still names
+    itself, on local-sync and local-task alike, and the session runs on afterwards."""
+    cfg = C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True)
+    model, good = make_model(cfg), make_inputs(cfg)
+    sess = InferenceSession(model, backend="iree-cpu", threads=threads)
+    cases = [
+        ("seqlens_k", np.array([-7], np.int32), "seqlens_k[b] must be >= 0"),
+        ("seqlens_k", np.array([5000], np.int32), "total_sequence_length must be at least seqlens_k[b]"),
+        ("total_sequence_length", np.array(9999, np.int32), "total_sequence_length must be at most"),
+    ]
+    for name, value, message in cases:
+        with pytest.raises(RuntimeInvocationError, match=re.escape(message)):
+            sess.run(None, dict(good, **{name: value.reshape(good[name].shape)}))
+    assert_matches(cfg, run_session(sess, good), run_onnxruntime(model, good), good, "after the failures")
 
 
 def test_bad_flag_is_a_stage_error():

@@ -11,8 +11,8 @@ It must run before torch-mlir's ``convert-torch-onnx-to-torch``, whose own
 C++ GroupQueryAttention lowering must never see the op.  Last, a uint8
 constant that a function returns is routed through two bitwise NOTs
 (function_outputs.py), which torch-mlir's backend conversion needs, and with
-device=gpu the run-time checks move to the end of their function
-(deferred_checks.py).
+device=gpu (and always in the IREE backends) the run-time checks move to the
+end of their function (deferred_checks.py).
 
 The bindings are taken from the op handed to the pass, so the same pass runs
 inside torch-mlir's and IREE's Python bindings.
@@ -84,9 +84,12 @@ def _opset_lookup(ir, op):
 
 
 def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None,
-                    route_uint8_results: bool = True) -> List[RefusedOp]:
+                    route_uint8_results: bool = True, defer_checks: Optional[bool] = None) -> List[RefusedOp]:
     """Lower every ``torch.operator`` under ``root`` that ``registry`` holds; return the refusals.
 
+    ``defer_checks``: move the run-time checks to the end of their function
+    (deferred_checks.py); None: with device=gpu only.  The IREE backends
+    defer them on every device.
     (The guard pass runs its own registry through this driver, without the uint8 routing.)"""
     root = root.operation
     ir, rewrite = bindings_of(root)
@@ -144,7 +147,9 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     rewrite.walk_and_apply_patterns(root, patterns.freeze())
     if route_uint8_results:
         guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
-    if options is not None and options.device == "gpu" and not refused:
+    if defer_checks is None:
+        defer_checks = options is not None and options.device == "gpu"
+    if defer_checks and not refused:
         defer_runtime_checks(root, ir)  # deferred_checks.py: one host read per call, at the end
     return refused
 

@@ -277,7 +277,9 @@ class IreeBackend:
         refused = apply_guards(module.operation)
         if refused:
             return GUARD_ARGUMENT, refused
-        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options)
+        # Checks deferred on the CPU too: each mid-step read made local-task's workers stop and restart
+        # (deferred_checks.py).
+        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options, defer_checks=True)
 
     def compile_lowered(self, lowered: LoweredModule) -> bytes:
         """IREE's compilation of a lowered module to a VM flatbuffer (in place: consumes the module).
