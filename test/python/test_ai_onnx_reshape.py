@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from gqa_torch_mlir.testing.isolated import run_isolated_each
+from gqa_torch_mlir.testing.tiers import across
 
 BIG = 2**40
 
@@ -62,8 +63,8 @@ def reshape_model(allowzero: int, data_rank: int, target_rank: int, data_shape=N
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
-@pytest.mark.parametrize("key", sorted(FEEDS), ids=lambda k: "allowzero%d-rank%d-to-%d" % k)
+@pytest.mark.parametrize("key,backend", across(sorted(FEEDS), ["refbackend", "iree-cpu"]),  # fast tier: backends in turn
+                         ids=[f"allowzero{k[0]}-rank{k[1]}-to-{k[2]}-{b}" for k, b in across(sorted(FEEDS), ["refbackend", "iree-cpu"])])
 def test_runtime_shape_reshape(key, backend, tmp_path):
     compare_with_onnxruntime(reshape_model(*key), FEEDS[key], SPEC_INVALID.get(key, []), backend, tmp_path)
 

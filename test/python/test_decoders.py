@@ -41,6 +41,7 @@ from gqa_torch_mlir.testing.decoder import Decoder as GenerationDecoder
 from gqa_torch_mlir import CompileStageError, InferenceSession
 from gqa_torch_mlir.backends.refbackend import RefBackend
 from gqa_torch_mlir.testing.isolated import run_isolated, run_isolated_each
+from gqa_torch_mlir.testing.tiers import one_per_family
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "decoders"
 DECODERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.onnx").is_file()) if FIXTURES.is_dir() else []
@@ -137,7 +138,7 @@ def compiled_decoder(name: str) -> CompiledGraph:
 
 
 @pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY], ids=["growing-cache", "shared-128-buffers"])
-@pytest.mark.parametrize("name", [n for n in DECODERS if n not in REFUSED])
+@pytest.mark.parametrize("name", one_per_family([n for n in DECODERS if n not in REFUSED]))  # fast tier: one per architecture
 def test_decoder_matches_onnxruntime(name, shared_capacity):
     """Growing caches, and fixed 128-row buffers fed back as past (onnxruntime-genai's
     shared-buffer mode: total_sequence_length <= capacity, rows written in place)."""

@@ -12,6 +12,7 @@ import pytest
 
 from gqa_torch_mlir import InferenceSession, compile
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+from gqa_torch_mlir.testing.tiers import across
 
 C = GQAConfig
 
@@ -38,8 +39,10 @@ def pv_matmuls(model) -> int:
     return str(compile(model, "torch")).count("torch.aten.matmul") // 2
 
 
-@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
-@pytest.mark.parametrize("name,cfg,attrs,blocks", BLOCKED, ids=[c[0] for c in BLOCKED])
+BLOCKED_ON = [(*case, backend) for case, backend in across(BLOCKED, ["refbackend", "iree-cpu"])]  # fast tier: backends in turn
+
+
+@pytest.mark.parametrize("name,cfg,attrs,blocks,backend", BLOCKED_ON, ids=[f"{c[0]}-{c[-1]}" for c in BLOCKED_ON])
 def test_blocked_prefill_matches_onnxruntime(name, cfg, attrs, blocks, backend):
     model, feeds = make_model(cfg, attrs), make_inputs(cfg, seed=17)
     if backend == "refbackend":

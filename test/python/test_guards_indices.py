@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from gqa_torch_mlir.testing.isolated import run_isolated_each
+from gqa_torch_mlir.testing.tiers import across
 
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 HOSTILE = [5, -6, 10**6, -(10**9), 2**62]
@@ -85,8 +86,10 @@ def scatter_nd():
 MODELS = {f.__name__: f for f in (gather, gather_elements, gather_elements_i32_axis0, gather_nd, gather_nd_batch_dims, scatter_elements, scatter_nd)}
 
 
-@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
-@pytest.mark.parametrize("name", sorted(MODELS))
+INDEX_CASES = across(sorted(MODELS), ["refbackend", "iree-cpu"])
+
+
+@pytest.mark.parametrize("name,backend", INDEX_CASES, ids=[f"{n}-{b}" for n, b in INDEX_CASES])  # fast tier: backends in turn
 def test_runtime_indices_match_onnxruntime_or_fail_a_named_check(name, backend, tmp_path):
     model, feeds = MODELS[name]()
     op = model.graph.node[0].op_type
