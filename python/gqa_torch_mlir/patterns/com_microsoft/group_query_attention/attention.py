@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, static_or_neg1, unless_empty
@@ -105,22 +105,26 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     if bias is not None:
         scores_BHST = tb.add(scores_BHST, tb.to_dtype(bias, "f32"))
     visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
-    probs_BHST = masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST)
-    probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
-    attn_BHkvGSDh = probs_times_values(tb, probs_BHkvGST, v, read_B1T, reads_a_prefix(attrs), step.S)  # [B,Hkv,G*S,T] x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    # Softmax normalised after P.V: the division runs over [.., Dh] columns, not [.., T] (a prefill's
+    # scores are T wide), and P.V reads the exponentials as they are computed.
+    exp_BHST, denom_BHS1 = masked_exp(tb, attrs, ins, scores_BHST, visible_B1ST)
+    exp_BHkvGST = tb.flatten(tb.unflatten(exp_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
+    unnormed_BHkvGSDh = probs_times_values(tb, exp_BHkvGST, v, read_B1T, reads_a_prefix(attrs), step.S)  # x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHkvGSDh = tb.div(unnormed_BHkvGSDh, tb.flatten(tb.unflatten(denom_BHS1, 1, [Hkv, G]), 2, 3))  # / [B,Hkv,G*S,1]
     if factors[1] is not None:
         attn_BHkvGSDh = tb.mul(attn_BHkvGSDh, factors[1])  # x v_scale [1]
     attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
-        raw = scores_BHST if attrs.qk_output == 1 else probs_BHST  # masked columns hold 0, as onnxruntime's (even in a NaN row)
+        raw = scores_BHST if attrs.qk_output == 1 else tb.div(exp_BHST, denom_BHS1)  # masked columns hold 0, as onnxruntime's (even in a NaN row)
         raw = tb.where_else_scalar(qk_written(tb, step, ins, visible_B1ST), raw, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
     return tb.to_dtype(attn_BHSDh, dtype), qk
 
 
-def masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tensor:
-    """Softmax over the visible keys, in f32.
+def masked_exp(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tuple[Tensor, Tensor]:
+    """Softmax over the visible keys, in f32, as its numerators e^(x - m) [B,H,S,T] and their
+    denominator [B,H,S,1] (the probabilities are their quotient).
 
     With a sink logit z (head_sink[h], or 0 for smooth_softmax) the
     denominator gains e^(z - m), m = max(max_t x_t, z).  A row with no visible
@@ -143,7 +147,7 @@ def masked_softmax(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tensor:
     elif attrs.smooth_softmax:
         denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.neg(max_BHS1)))
     denom_BHS1 = tb.where_scalar_else(tb.eq_scalar(denom_BHS1, 0.0), 1.0, denom_BHS1)
-    return tb.div(exp_BHST, denom_BHS1)
+    return exp_BHST, denom_BHS1
 
 
 def qk_written(tb: TorchBuilder, step: Step, ins: GqaInputs, visible_B1ST: Tensor) -> Tensor:

@@ -38,7 +38,8 @@ def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
 
 
 def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
-    """``attend(step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S."""
+    """``attend(step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S
+    (returned as [B,H,S,Dh])."""
     S, R = step.S, key_BHkvRDh.shape[2]
     rows, blocks = block_rows(S), []
     for start in range(0, S, rows):
@@ -49,5 +50,10 @@ def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, 
         v_BHkvKDh = tb.slice(value_BHkvRDh, 2, 0, keys)
         visible_BSbK = tb.slice(tb.slice(visible_BSR, 1, start, stop), 2, 0, keys)  # [B,S,R] -> [B,Sb,R] -> [B,Sb,K]
         read_B1K = None if read_B1R is None else tb.slice(read_B1R, 2, 0, keys)  # [B,1,R] -> [B,1,K]
-        blocks.append(attend(replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K))
-    return tb.cat(blocks, 2)  # -> [B,H,S,Dh]
+        attn_BHSbDh = attend(replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K)
+        blocks.append(tb.transpose(attn_BHSbDh, 1, 2))  # -> [B,Sb,H,Dh]
+    # Joined in the output's layout: each block's transpose fuses into its P.V, and the one below
+    # cancels the output's [B,H,S,Dh] -> [B,S,H,Dh], which ran as a dispatch of its own over the
+    # joined blocks (with attention.py's normalisation after P.V: S=256 1.05x -> 0.86x onnxruntime,
+    # S=1024 1.30x -> 1.22x, 1 thread, benchmarks/README.md).
+    return tb.transpose(tb.cat(blocks, 1), 1, 2)  # [B,S,H,Dh] -> [B,H,S,Dh]
