@@ -4,6 +4,12 @@ the KV-cache reading bound, measured alternately in one process.
 
     .venv/bin/python benchmarks/decode_step.py [--past 1023 4095] [--threads 1 2] [--repeats 30]
 
+On another x86 host (no compiler there: iree-base-runtime, onnx and onnxruntime only),
+compile here for its CPU (an LLVM CPU name, e.g. sapphirerapids, znver4), then run there:
+
+    .venv/bin/python benchmarks/decode_step.py --prepare DIR --target-cpu sapphirerapids
+    PYTHONPATH=python python3 benchmarks/decode_step.py --from DIR/sapphirerapids
+
 Two cache modes, each against onnxruntime in the same mode:
 
 ``growing``  past has P rows, present P+1 (a new present buffer every step).
@@ -55,7 +61,7 @@ import numpy as np
 import onnx
 
 from gqa_torch_mlir import InferenceSession
-from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCpuBackend, aligned_empty
+from gqa_torch_mlir.backends.iree.host_import import aligned_empty
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 
 HEADS = dict(batch=1, seq=1, num_heads=32, kv_num_heads=8, head_size=128)
@@ -127,11 +133,16 @@ def ort_shared(model, feeds, threads) -> Runner:
 # -- ours / upstream on iree-cpu ---------------------------------------------------
 
 
-def ours(model, feeds, threads, shared: bool, resident_past: bool = False, aligned: bool = False) -> Runner:
+def ours(model, feeds, threads, shared: bool, resident_past: bool = False, aligned: bool = False,
+         vmfb: Optional[bytes] = None) -> Runner:
     """``shared``: the outputs fed back (one buffer); ``resident_past``: a growing step whose past is
     already on the device, as a generation loop feeding present back has it; else numpy feeds,
-    ``aligned`` on a 64-byte boundary."""
-    sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=shared or resident_past)
+    ``aligned`` on a 64-byte boundary.  ``vmfb``: the step compiled elsewhere (``--prepare``)."""
+    share = shared or resident_past
+    if vmfb is None:
+        sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=share)
+    else:
+        sess = InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads, share_buffers=share)
     out, key, value = sess.run(None, feeds)
     if shared:
         step = dict(feeds, past_key=key, past_value=value)  # caches stay on the device
@@ -146,7 +157,7 @@ def ours(model, feeds, threads, shared: bool, resident_past: bool = False, align
         return sess.run(None, step)
 
     first = run()[0]
-    return Runner(run, first, uploaded=sess.uploaded_bytes, written=stream_writes(model, threads))
+    return Runner(run, first, uploaded=sess.uploaded_bytes, written=None if vmfb else stream_writes(model, threads))
 
 
 def aligned_copy(a: np.ndarray) -> np.ndarray:
@@ -167,7 +178,7 @@ def trimmed(model: onnx.ModelProto) -> onnx.ModelProto:
 
 _PROBE = """
 import sys, onnx, numpy as np
-from gqa_torch_mlir.backends.iree import IreeCpuBackend
+from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
 model = onnx.load(sys.argv[1])
 compiled = IreeCpuBackend(threads=1, plugin=False).compile(model)
 print("compiled", flush=True)
@@ -184,6 +195,8 @@ def upstream(model, feeds, threads) -> Runner:
     if probe.returncode != 0 or "compiled" not in probe.stdout:
         lines = [l for l in (probe.stderr or "").splitlines() if "error" in l] or [f"exit code {probe.returncode}"]
         raise RuntimeError(lines[0][:160])
+    from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
+
     compiled = IreeCpuBackend(threads=threads, plugin=False).compile(model)
     args = [feeds[i.name] for i in model.graph.input]
     return Runner(lambda: compiled.invoke(compiled.function, *args), compiled.invoke(compiled.function, *args)[0])
@@ -194,6 +207,8 @@ def upstream(model, feeds, threads) -> Runner:
 
 def stream_writes(model, threads) -> str:
     """Fresh result buffers, copies and fills of the step (bytes), read off ``--compile-to=stream``."""
+    from gqa_torch_mlir.backends.iree.compiler import COMPILE_FLAGS, IreeCpuBackend
+
     lowered = IreeCpuBackend(threads=threads).lower(model)
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "step.mlir"), os.path.join(tmp, "step.stream.mlir")
@@ -236,20 +251,47 @@ def read_bandwidth(threads: int, mib: int = 512) -> float:
 # -- main ---------------------------------------------------------------------------
 
 
-def build_runners(past: int, threads: int) -> Dict[str, Runner]:
+def vmfb_name(mode: str, past: int) -> str:
+    return f"{mode.replace('@', '-at-')}-p{past}.vmfb"
+
+
+def compile_for_cpus(directory: str, models: Dict[str, onnx.ModelProto], cpus) -> None:
+    """``models`` (file name: model) compiled for each LLVM CPU name into ``directory/CPU/``, as
+    ``InferenceSession`` compiles them, for a host without the compiler (``from_vmfb``)."""
+    from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
+
+    for cpu in cpus:
+        os.makedirs(os.path.join(directory, cpu), exist_ok=True)
+        backend = IreeCpuBackend(extra_flags=[f"--iree-llvmcpu-target-cpu={cpu}"])  # the last such flag wins
+        for name, model in models.items():
+            with open(os.path.join(directory, cpu, name), "wb") as f:
+                f.write(backend.compile_lowered(backend.lower(model)))
+        print(f"compiled for {cpu}", flush=True)
+
+
+def prepare(directory: str, pasts, cpus) -> None:
+    """Each step compiled for each CPU (run with ``--from directory/CPU``)."""
+    models = {vmfb_name(mode, past): make_model(cfg) for past in pasts for mode, cfg in configs(past).items()}
+    compile_for_cpus(directory, models, cpus)
+
+
+def build_runners(past: int, threads: int, source: Optional[str] = None) -> Dict[str, Runner]:
+    """``source``: a ``--prepare``d directory of compiled steps (no compiler here: no upstream row)."""
     runners: Dict[str, Runner] = {}
     for mode, cfg in configs(past).items():
         model, feeds = make_model(cfg), make_inputs(cfg)
+        vmfb = open(os.path.join(source, vmfb_name(mode, past)), "rb").read() if source else None
         shared = mode.startswith("shared")
         runners[f"{mode}/onnxruntime"] = (ort_shared if shared else ort_growing)(model, feeds, threads)
-        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared)
+        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared, vmfb=vmfb)
         if mode == "growing":
-            runners[f"{mode}/ours aligned"] = ours(model, feeds, threads, shared=False, aligned=True)
-            runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True)
-            try:
-                runners[f"{mode}/upstream"] = upstream(model, feeds, threads)
-            except Exception as e:  # noqa: BLE001  (reported, not fatal)
-                print(f"  upstream torch-mlir lowering: not runnable: {e}")
+            runners[f"{mode}/ours aligned"] = ours(model, feeds, threads, shared=False, aligned=True, vmfb=vmfb)
+            runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True, vmfb=vmfb)
+            if source is None:
+                try:
+                    runners[f"{mode}/upstream"] = upstream(model, feeds, threads)
+                except Exception as e:  # noqa: BLE001  (reported, not fatal)
+                    print(f"  upstream torch-mlir lowering: not runnable: {e}")
     return runners
 
 
@@ -274,7 +316,7 @@ def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[st
         diff = float(np.max(np.abs(np.asarray(r.output, np.float32) - np.asarray(runners[f"{mode}/onnxruntime"].output))))
         line = (f"  {key:22s} {1e3 * medians[key]:8.3f} ms  {medians[key] / base:5.2f}x onnxruntime  "
                 f"{medians[key] / bound:5.1f}x bound  max|diff| {diff:.1e}")
-        if r.uploaded is not None:
+        if r.written is not None:
             line += f"\n  {'':22s} writes per step: {r.written}; uploads {_mib(r.uploaded)}"
         print(line)
 
@@ -300,12 +342,17 @@ def main() -> None:
     parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
+    parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
+    parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
     args = parser.parse_args()
+    if args.prepare:
+        return prepare(args.prepare, args.past, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
     for threads in args.threads:
         bandwidth = read_bandwidth(threads)
         for past in args.past:
-            runners = build_runners(past, threads)
+            runners = build_runners(past, threads, args.source)
             report(past, threads, runners, measure(runners, args.repeats), bandwidth)
 
 

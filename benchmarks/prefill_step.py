@@ -3,6 +3,9 @@ iree-cpu against onnxruntime's kernel, measured alternately in one process.
 
     .venv/bin/python benchmarks/prefill_step.py [--seq 256 1024] [--threads 1 2] [--repeats 10]
 
+On a host without the compiler, as decode_step.py: ``--prepare DIR --target-cpu NAME...`` here,
+``--from DIR/NAME`` there.
+
 Prints median milliseconds, the ratio to onnxruntime (lower is faster;
 <= 1.0 beats it), the largest output difference, and the CPU it ran on.
 benchmarks/dispatch_profile.py --case prefill256 shows where the time goes.
@@ -19,18 +22,27 @@ import time
 
 import numpy as np
 
-from decode_step import cpu_model, ort_session
+from decode_step import compile_for_cpus, cpu_model, ort_session
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 
 HEADS = dict(batch=1, past=0, num_heads=32, kv_num_heads=8, head_size=128)
 
 
-def runners(seq: int, threads: int):
+def vmfb_name(seq: int) -> str:
+    return f"prefill-s{seq}.vmfb"
+
+
+def runners(seq: int, threads: int, source=None):
+    """``source``: a ``--prepare``d directory of compiled steps."""
     cfg = GQAConfig(seq=seq, **HEADS)
     model, feeds = make_model(cfg), make_inputs(cfg)
     theirs = ort_session(model, threads)
-    ours = InferenceSession(model, backend="iree-cpu", threads=threads)
+    if source:
+        vmfb = open(os.path.join(source, vmfb_name(seq)), "rb").read()
+        ours = InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads)
+    else:
+        ours = InferenceSession(model, backend="iree-cpu", threads=threads)
     return {"onnxruntime": lambda: theirs.run(None, feeds)[0], "ours": lambda: ours.run(None, feeds)[0]}
 
 
@@ -39,11 +51,17 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
+    parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
+    parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
     args = parser.parse_args()
+    if args.prepare:
+        models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
+        return compile_for_cpus(args.prepare, models, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
     for threads in args.threads:
         for seq in args.seq:
-            run = runners(seq, threads)
+            run = runners(seq, threads, args.source)
             outputs = {k: np.asarray(r()) for k, r in run.items()}
             times = {k: [] for k in run}
             for _ in range(args.repeats):  # alternate so load changes hit every runner alike
