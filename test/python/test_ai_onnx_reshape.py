@@ -63,8 +63,10 @@ def reshape_model(allowzero: int, data_rank: int, target_rank: int, data_shape=N
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("key,backend", across(sorted(FEEDS), ["refbackend", "iree-cpu"]),  # fast tier: backends in turn
-                         ids=[f"allowzero{k[0]}-rank{k[1]}-to-{k[2]}-{b}" for k, b in across(sorted(FEEDS), ["refbackend", "iree-cpu"])])
+RESHAPE_CASES = across(sorted(FEEDS), ["refbackend", "iree-cpu"])  # fast tier: backends in turn
+
+
+@pytest.mark.parametrize("key,backend", RESHAPE_CASES, ids=[f"allowzero{k[0]}-rank{k[1]}-to-{k[2]}-{b}" for k, b in RESHAPE_CASES])
 def test_runtime_shape_reshape(key, backend, tmp_path):
     compare_with_onnxruntime(reshape_model(*key), FEEDS[key], SPEC_INVALID.get(key, []), backend, tmp_path)
 
