@@ -75,10 +75,13 @@ func.func @causal_mask(%q: !torch.vtensor<[1,1,128],f32>, %k: !torch.vtensor<[1,
 // -----
 
 // Prefill with an empty past (P=0): the cache is padded from 0 to S rows, which take
-// the new tokens by a select (several new rows); MHA (H == Hkv).
+// the new tokens as one block at the row read back (one batch row, several new rows);
+// MHA (H == Hkv).
 // CHECK-LABEL: func.func @prefill
+// CHECK:         %[[START:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si64> -> !torch.int
 // CHECK:         %[[PAD:.+]] = torch.aten.constant_pad_nd %arg3, {{.+}} : !torch.vtensor<[1,4,0,16],f32>, !torch.list<int>, !torch.float -> !torch.vtensor<[1,4,7,16],f32>
-// CHECK:         torch.aten.where.self %{{.+}}, %{{.+}}, %[[PAD]] : {{.+}} -> !torch.vtensor<[1,4,7,16],f32>
+// CHECK:         torch.aten.slice_scatter %[[PAD]], %{{.+}}, %int2, %[[START]], %{{.+}}, %int1 : {{.+}} -> !torch.vtensor<[1,4,7,16],f32>
+// CHECK-NOT:     torch.aten.gather
 // CHECK:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,1,7,7],f32>
 func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64],f32>, %v: !torch.vtensor<[1,7,64],f32>, %pk: !torch.vtensor<[1,4,0,16],f32>, %pv: !torch.vtensor<[1,4,0,16],f32>, %sk: !torch.vtensor<[1],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[1,7,64],f32>, !torch.vtensor<[1,4,7,16],f32>, !torch.vtensor<[1,4,7,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none

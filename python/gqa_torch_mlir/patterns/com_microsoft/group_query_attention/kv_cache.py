@@ -18,7 +18,8 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     A buffer that may be fixed-capacity is read on its rows [0, R) only,
     R = max(seqlens_k) + 1, unless attention_bias or output_qk keep its
     capacity as their key columns.  On the CPU, one batch row takes
-    ``one_row_step``; a growing cache gaining several rows, the select.
+    ``one_row_step``, or ``one_block_write`` when a growing cache gains
+    several rows; several batch rows gaining several rows, the select.
     """
     past_key, past_value = past_caches(tb, ins, attrs)
     P = tb.size(past_key, 2)
@@ -26,7 +27,9 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
     if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1 and not _fresh_buffer_of_many_rows(growth, step):
         return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
-    if b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
+    if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1:  # a growing cache's prompt or chunk
+        present_key_BHkvTDc, present_value_BHkvTDc = one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
+    elif b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
         present_key_BHkvTDc = select_rows(tb, grown(tb, past_key, growth), key_BHkvSDc, step.past_len_B)
         present_value_BHkvTDc = select_rows(tb, grown(tb, past_value, growth), value_BHkvSDc, step.past_len_B)
     else:
@@ -70,10 +73,27 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc
     return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True)
 
 
+def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc):
+    """A growing cache of one batch row gaining several rows: (present_key, present_value), the new
+    rows copied in as one block at a row read back, every present row then read (the sizes stay
+    static for query_blocks.py).  The select's gather of the new rows cost 3-6% of a prefill
+    (benchmarks/README.md, "CPU, round 4")."""
+    T = tb.dim_add(tb.size(past_key, 2), growth)
+    start = tb.item(_first_new_row(tb, step, T))  # [1] -> int
+    end = tb.dim_add(start, step.S)
+    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # rows [start, end) <- new
+    return present_key, tb.slice_scatter(grown(tb, past_value, growth), value_BHkvSDc, 2, start, end)
+
+
+def _first_new_row(tb: TorchBuilder, step: Step, T: Dim) -> Tensor:
+    """si64 [1]: past_len clamped to [0, T - S] (the rows' run-time check fails the step otherwise)."""
+    return tb.clamp_int(step.past_len_B, 0, tb.dim_max(tb.dim_sub(T, step.S), 0))
+
+
 def one_row_lengths(tb: TorchBuilder, step: Step, T: Dim):
     """(start, R) of the one batch row, read back to the host together as one int64:
     start = past_len clamped to [0, T - S] and R = seqlens_k + 1 clamped to [1, T]."""
-    start_1 = tb.clamp_int(step.past_len_B, 0, tb.dim_max(tb.dim_sub(T, step.S), 0))  # si64 [1]
+    start_1 = _first_new_row(tb, step, T)  # si64 [1]
     rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
     packed = tb.item(tb.add(tb.mul_int_scalar(start_1, _HALF), rows_1))  # both < 2^32: one host read
     return tb.dim_floordiv(packed, _HALF), tb.dim_remainder(packed, _HALF)
