@@ -316,8 +316,8 @@ def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[st
         diff = float(np.max(np.abs(np.asarray(r.output, np.float32) - np.asarray(runners[f"{mode}/onnxruntime"].output))))
         line = (f"  {key:22s} {1e3 * medians[key]:8.3f} ms  {medians[key] / base:5.2f}x onnxruntime  "
                 f"{medians[key] / bound:5.1f}x bound  max|diff| {diff:.1e}")
-        if r.written is not None:
-            line += f"\n  {'':22s} writes per step: {r.written}; uploads {_mib(r.uploaded)}"
+        if r.uploaded is not None:  # written: None where the step was compiled elsewhere (--from)
+            line += f"\n  {'':22s} writes per step: {r.written or 'not read (no compiler here)'}; uploads {_mib(r.uploaded)}"
         print(line)
 
 
@@ -346,6 +346,8 @@ def main() -> None:
     parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
     parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
     args = parser.parse_args()
+    if args.target_cpu != ["host"] and not args.prepare:
+        parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
     if args.prepare:
         return prepare(args.prepare, args.past, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")

@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
     parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
     args = parser.parse_args()
+    if args.target_cpu != ["host"] and not args.prepare:
+        parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
     if args.prepare:
         models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
         return compile_for_cpus(args.prepare, models, args.target_cpu)

@@ -65,8 +65,7 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc
     T = tb.dim_add(tb.size(past_key, 2), growth)
     start, rows = one_row_lengths(tb, step, T)
     end = tb.dim_add(start, step.S)
-    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # rows [start, end) <- new
-    present_value = tb.slice_scatter(grown(tb, past_value, growth), value_BHkvSDc, 2, start, end)
+    present_key, present_value = _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start, end)
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
@@ -80,8 +79,12 @@ def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_B
     (benchmarks/README.md, "CPU, round 4")."""
     T = tb.dim_add(tb.size(past_key, 2), growth)
     start = tb.item(_first_new_row(tb, step, T))  # [1] -> int
-    end = tb.dim_add(start, step.S)
-    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # rows [start, end) <- new
+    return _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start, tb.dim_add(start, step.S))
+
+
+def _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start: Dim, end: Dim):
+    """(present_key, present_value): each cache grown by ``growth`` rows, rows [start, end) <- the new ones."""
+    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # [B,Hkv,T,Dc]
     return present_key, tb.slice_scatter(grown(tb, past_value, growth), value_BHkvSDc, 2, start, end)
 
 
