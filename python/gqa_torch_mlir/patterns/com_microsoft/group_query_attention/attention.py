@@ -6,7 +6,8 @@ import math
 from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
-from ...common.attention import soft_cap, static_or_neg1, unless_empty
+from ...common.attention import soft_cap, unless_empty
+from .grouped import grouped, grouped_bias, grouped_sink, per_grouped_row, ungrouped
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
 from .positions import valid_query_rows
@@ -86,68 +87,64 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     whose K or V are then its codes; see CacheCodec.factor), or None.
 
     Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
-    so K/V are read once per KV head and never repeated.  Returns the
-    attention [B,H,S,Dh] in the input dtype and, with qk_output, output_qk
-    [B,H,S,Tt].
+    so K/V are read once per KV head and never repeated; the softmax runs in
+    that layout (grouped.py), where its scale and mask fuse into the Q.K^T
+    matmul on iree-cpu.  Returns the attention [B,H,S,Dh] in the input dtype
+    and, with qk_output, output_qk [B,H,S,Tt].
     """
-    dtype, H, Hkv = query_BHSDh.dtype, attrs.num_heads, attrs.kv_num_heads
-    G = H // Hkv
-    q = tb.to_dtype(query_BHSDh, "f32")
+    dtype, Hkv, S = query_BHSDh.dtype, attrs.kv_num_heads, step.S
+    G = attrs.num_heads // Hkv
+    q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
-    q_BHkvGSDh = tb.flatten(tb.unflatten(q, 1, [Hkv, G]), 2, 3)  # [B,H,S,Dh] -> [B,Hkv,G,S,Dh] -> [B,Hkv,G*S,Dh]
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
     if factors[0] is not None:
         scores_BHkvGST = tb.mul(scores_BHkvGST, factors[0])  # x k_scale [1]
-    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
-    scores_BHST = tb.mul_scalar(scores_BHST, effective_scale(attrs, ins.head_size))
+    scores_BHkvGST = tb.mul_scalar(scores_BHkvGST, effective_scale(attrs, ins.head_size))
     if attrs.softcap > 0:
-        scores_BHST = soft_cap(tb, scores_BHST, attrs.softcap)
+        scores_BHkvGST = soft_cap(tb, scores_BHkvGST, attrs.softcap)
     if bias is not None:
-        scores_BHST = tb.add(scores_BHST, tb.to_dtype(bias, "f32"))
-    visible_B1ST = tb.unsqueeze(visible_BST, 1)  # [B,S,T] -> [B,1,S,T]
+        scores_BHkvGST = tb.add(scores_BHkvGST, grouped_bias(tb, tb.to_dtype(bias, "f32"), attrs.num_heads, Hkv, S))
+    visible_B1GST = per_grouped_row(tb, tb.unsqueeze(visible_BST, 1), G, S)  # [B,S,T] -> [B,1,S,T] -> [B,1,G*S,T]
+    sink_1HkvGS1 = None if ins.head_sink is None else grouped_sink(tb, tb.to_dtype(ins.head_sink, "f32"), Hkv, S)
     # Softmax normalised after P.V: the division runs over [.., Dh] columns, not [.., T] (a prefill's
     # scores are T wide), and P.V reads the exponentials as they are computed.
-    exp_BHST, denom_BHS1 = masked_exp(tb, attrs, ins, scores_BHST, visible_B1ST)
-    exp_BHkvGST = tb.flatten(tb.unflatten(exp_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
-    unnormed_BHkvGSDh = probs_times_values(tb, exp_BHkvGST, v, read_B1T, reads_a_prefix(attrs), step.S)  # x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
-    attn_BHkvGSDh = tb.div(unnormed_BHkvGSDh, tb.flatten(tb.unflatten(denom_BHS1, 1, [Hkv, G]), 2, 3))  # / [B,Hkv,G*S,1]
+    exp_BHkvGST, denom_BHkvGS1 = masked_exp(tb, attrs, scores_BHkvGST, visible_B1GST, sink_1HkvGS1)
+    unnormed_BHkvGSDh = probs_times_values(tb, exp_BHkvGST, v, read_B1T, reads_a_prefix(attrs), S)  # x [B,Hkv,T,Dh] -> [B,Hkv,G*S,Dh]
+    attn_BHkvGSDh = tb.div(unnormed_BHkvGSDh, denom_BHkvGS1)
     if factors[1] is not None:
         attn_BHkvGSDh = tb.mul(attn_BHkvGSDh, factors[1])  # x v_scale [1]
-    attn_BHSDh = tb.flatten(tb.unflatten(attn_BHkvGSDh, 2, [G, static_or_neg1(step.S)]), 1, 2)  # -> [B,H,S,Dh]
     qk = None
     if attrs.qk_output:
-        raw = scores_BHST if attrs.qk_output == 1 else tb.div(exp_BHST, denom_BHS1)  # masked columns hold 0, as onnxruntime's (even in a NaN row)
-        raw = tb.where_else_scalar(qk_written(tb, step, ins, visible_B1ST), raw, 0.0)
-        qk = tb.to_dtype(qk_columns(tb, raw, step, ins), dtype)
-    return tb.to_dtype(attn_BHSDh, dtype), qk
+        raw = scores_BHkvGST if attrs.qk_output == 1 else tb.div(exp_BHkvGST, denom_BHkvGS1)  # masked columns hold 0, as onnxruntime's (even in a NaN row)
+        raw_BHST = ungrouped(tb, raw, G, S)  # -> [B,H,S,T]
+        raw_BHST = tb.where_else_scalar(qk_written(tb, step, ins, tb.unsqueeze(visible_BST, 1)), raw_BHST, 0.0)
+        qk = tb.to_dtype(qk_columns(tb, raw_BHST, step, ins), dtype)
+    return tb.to_dtype(ungrouped(tb, attn_BHkvGSDh, G, S), dtype), qk  # -> [B,H,S,Dh]
 
 
-def masked_exp(tb, attrs, ins, scores_BHST, visible_B1ST) -> Tuple[Tensor, Tensor]:
-    """Softmax over the visible keys, in f32, as its numerators e^(x - m) [B,H,S,T] and their
-    denominator [B,H,S,1] (the probabilities are their quotient).
+def masked_exp(tb, attrs, scores_BRT, visible_BRT, sink_BR1) -> Tuple[Tensor, Tensor]:
+    """Softmax over the visible keys of each row, in f32, as its numerators e^(x - m) [..,R,T] and
+    their denominator [..,R,1] (the probabilities are their quotient), over 4-D rows.
 
-    With a sink logit z (head_sink[h], or 0 for smooth_softmax) the
-    denominator gains e^(z - m), m = max(max_t x_t, z).  A row with no visible
-    key gives zeros (onnxruntime's W = 0), not NaN.
+    With a sink logit z (``sink_BR1``, head_sink's per row, or 0 for
+    smooth_softmax) the denominator gains e^(z - m), m = max(max_t x_t, z).
+    A row with no visible key gives zeros (onnxruntime's W = 0), not NaN.
     """
-    masked_BHST = tb.where_else_scalar(visible_B1ST, scores_BHST, NEG_INF)
-    max_BHS1 = tb.amax(masked_BHST, 3)
-    sink_1H11 = None
-    if ins.head_sink is not None:
-        sink_H = tb.to_dtype(ins.head_sink, "f32")
-        sink_1H11 = tb.unsqueeze(tb.unsqueeze(tb.unsqueeze(sink_H, 0), 2), 3)  # [H] -> [1,H,1,1]
-        max_BHS1 = tb.maximum(max_BHS1, sink_1H11)
+    masked_BRT = tb.where_else_scalar(visible_BRT, scores_BRT, NEG_INF)
+    max_BR1 = tb.amax(masked_BRT, 3)
+    if sink_BR1 is not None:
+        max_BR1 = tb.maximum(max_BR1, sink_BR1)
     elif attrs.smooth_softmax:
-        max_BHS1 = tb.clamp_min(max_BHS1, 0.0)  # sink logit 0
-    max_BHS1 = tb.where_scalar_else(tb.eq_scalar(max_BHS1, NEG_INF), 0.0, max_BHS1)  # empty rows: exp(-inf - 0) = 0
-    exp_BHST = tb.exp(tb.sub(masked_BHST, max_BHS1))
-    denom_BHS1 = tb.sum_dim(exp_BHST, 3)
-    if sink_1H11 is not None:
-        denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.sub(sink_1H11, max_BHS1)))
+        max_BR1 = tb.clamp_min(max_BR1, 0.0)  # sink logit 0
+    max_BR1 = tb.where_scalar_else(tb.eq_scalar(max_BR1, NEG_INF), 0.0, max_BR1)  # empty rows: exp(-inf - 0) = 0
+    exp_BRT = tb.exp(tb.sub(masked_BRT, max_BR1))
+    denom_BR1 = tb.sum_dim(exp_BRT, 3)
+    if sink_BR1 is not None:
+        denom_BR1 = tb.add(denom_BR1, tb.exp(tb.sub(sink_BR1, max_BR1)))
     elif attrs.smooth_softmax:
-        denom_BHS1 = tb.add(denom_BHS1, tb.exp(tb.neg(max_BHS1)))
-    denom_BHS1 = tb.where_scalar_else(tb.eq_scalar(denom_BHS1, 0.0), 1.0, denom_BHS1)
-    return exp_BHST, denom_BHS1
+        denom_BR1 = tb.add(denom_BR1, tb.exp(tb.neg(max_BR1)))
+    denom_BR1 = tb.where_scalar_else(tb.eq_scalar(denom_BR1, 0.0), 1.0, denom_BR1)
+    return exp_BRT, denom_BR1
 
 
 def qk_written(tb: TorchBuilder, step: Step, ins: GqaInputs, visible_B1ST: Tensor) -> Tensor:
