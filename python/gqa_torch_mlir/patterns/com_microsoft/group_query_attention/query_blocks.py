@@ -3,9 +3,9 @@
 Query s of batch row b sees keys t <= past_len[b] + s, and the run-time
 checks keep past_len[b] <= R - S (the new rows fit the R rows read).  So the
 queries [start, stop) see no key at or past R - S + stop: each block reads
-the keys [0, R - S + stop) only.  Over S = 1024 in blocks of 128 that is
-56% of the score matrix, and each block's scores (32 heads x 128 x at most
-R floats) stay an eighth of the whole, which the softmax's passes over
+the keys [0, R - S + stop) only.  Over S = 1024 in blocks of 64 that is
+53% of the score matrix, and each block's scores (32 heads x 64 x at most
+R floats) stay a sixteenth of the whole, which the softmax's passes over
 memory read back.
 
 Only where every size involved is static and nothing needs the whole score
@@ -22,10 +22,12 @@ from ....builder import Tensor, TorchBuilder
 
 
 def block_rows(S: int) -> int:
-    """Query rows per block, as measured fastest on iree-cpu (benchmarks/prefill_step.py, 1 thread):
-    S=256 in blocks of 256/128/64/32 ran at 1.46/1.14/1.00/1.01x onnxruntime, S=1024 in blocks of
-    256/128/64 at 1.51/1.26/1.33x (smaller blocks skip more masked keys but add dispatches)."""
-    return 64 if S <= 512 else 128
+    """Query rows per block, as measured fastest on iree-cpu (benchmarks/README.md, "CPU, round 5";
+    smaller blocks skip more masked keys but add dispatches and compile time): with the softmax on
+    the grouped scores, S=1024 in blocks of 128/64 ran at 1.14/1.05-1.09x onnxruntime on 1 thread
+    and 1.08-1.12/1.00-1.02x on 2 (its compile time 7 s -> 15 s), S=2048 at 1.05/1.10x, S=256 in
+    blocks of 64/32 at 0.80/0.78x."""
+    return 64 if S <= 1024 else 128
 
 
 def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
