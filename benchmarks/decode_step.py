@@ -207,7 +207,7 @@ def upstream(model, feeds, threads) -> Runner:
 
 def stream_writes(model, threads) -> str:
     """Fresh result buffers, copies and fills of the step (bytes), read off ``--compile-to=stream``."""
-    from gqa_torch_mlir.backends.iree.compiler import COMPILE_FLAGS, IreeCpuBackend
+    from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCpuBackend
 
     lowered = IreeCpuBackend(threads=threads).lower(model)
     with tempfile.TemporaryDirectory() as tmp:
