@@ -163,13 +163,14 @@ class IreeCompiledModule:
         A call the VM fails raises :class:`RuntimeInvocationError`: a failed
         run-time check with just its message (IREE stops at the first one).
         """
-        results = self._call(function, args)
-        return tuple(self._host_result(function, i, r) for i, r in enumerate(results))
+        results, residents = self._call(function, args)
+        fed_back = [_fed_back(function, i, r, residents, self._want_dtype) for i, r in enumerate(results)]
+        return tuple(self._host_result(function, i, r) if f is None else f for i, (r, f) in enumerate(zip(results, fed_back)))
 
     def invoke_device(self, function: str, *args) -> Tuple["DeviceValue", ...]:
         """Call ``function`` and keep the results on the device (no copy to the host): each a
         :class:`DeviceValue`, which a later call takes as an argument without an upload."""
-        return tuple(DeviceValue(r, self._want_dtype(function, i)) for i, r in enumerate(self._call(function, args)))
+        return tuple(DeviceValue(r, self._want_dtype(function, i)) for i, r in enumerate(self._call(function, args)[0]))
 
     def to_device(self, array: np.ndarray) -> "DeviceValue":
         """A copy of ``array`` in this module's device memory."""
@@ -177,8 +178,9 @@ class IreeCompiledModule:
         return DeviceValue(ireert.asdevicearray(self._device, host.view(np.int8) if host.dtype == np.uint8 else host), host.dtype)
 
     def _call(self, function: str, args) -> tuple:
+        """(the results, the resident arguments as (device array, the caller's host array) pairs)."""
         invoker = self._invoker(function)
-        hosts = self._arguments(args)
+        hosts, residents = self._arguments(args)
         arrays, trial = hosts, {}
         with self._lock:
             learning = self._in_place is not None and not self._in_place.learnt(function)
@@ -198,7 +200,7 @@ class IreeCompiledModule:
             results = results if isinstance(results, tuple) else (results,)
             if learning:
                 self._in_place.learn(function, hosts, trial, list(results))
-        return results
+        return results, residents
 
     def resident(self, array: np.ndarray) -> np.ndarray:
         """A copy of ``array`` on the device, as a host view ``invoke`` passes without an upload (share_buffers)."""
@@ -209,14 +211,15 @@ class IreeCompiledModule:
         self._resident.remember(host, device_array)
         return host
 
-    def _arguments(self, args) -> list:
-        """Device arrays for the resident arguments (share_buffers), host arrays for the rest.
+    def _arguments(self, args) -> Tuple[list, list]:
+        """Device arrays for the resident arguments (share_buffers), host arrays for the rest; and the
+        resident host arrays passed, as (device array, host array) pairs.
 
         A resident buffer is passed once per call: the call may write it in
         place, so an argument overlapping one already passed (the same cache fed
         as past_key and past_value) is uploaded as a copy of its values instead.
         """
-        passed, shared = [], []
+        passed, shared, residents = [], [], []
         for a in args:
             if isinstance(a, DeviceValue):  # a result kept on the device: passed as it is
                 passed.append(a.device_array if all(a is not b for b in shared) else a.numpy())
@@ -227,9 +230,10 @@ class IreeCompiledModule:
             if device_array is not None and not overlaps:
                 shared.append(a)
                 passed.append(device_array)
+                residents.append((device_array, a))
             else:
                 passed.append(np.array(a) if overlaps else _host_argument(a))
-        return passed
+        return passed, residents
 
     def _want_dtype(self, function: str, i: int) -> Optional[np.dtype]:
         if function == self.function and i < len(self._output_dtypes):
@@ -248,6 +252,26 @@ class IreeCompiledModule:
         if self.share_buffers and hasattr(r, "to_host"):
             self._resident.remember(host, r)
         return host
+
+
+def _fed_back(function: str, i: int, result, residents, want_dtype) -> Optional[np.ndarray]:
+    """The caller's own array for a result that is the buffer of a resident argument (a cache
+    updated in place: IREE returns the buffer view it was given), else None.
+
+    No new mapping of the buffer, wrapper or registry entry per call: those
+    were a third of a small decode step's Python time (benchmarks/README.md,
+    "CPU, round 5").  Compared by the buffer view's VM reference, through the
+    DeviceArray's ``_buffer_view`` (IREE's Python runtime has no public
+    accessor); without one, the result is mapped as any other.
+    """
+    view = getattr(result, "_buffer_view", None)
+    if view is None or not residents:
+        return None
+    ref, want = view.ref, want_dtype(function, i)
+    for device_array, host in residents:
+        if device_array._buffer_view.ref == ref and (want is None or host.dtype == want):
+            return host
+    return None
 
 
 def _as_dtype(host: np.ndarray, want: Optional[np.dtype]) -> Tuple[np.ndarray, bool]:
