@@ -91,8 +91,8 @@ class InferenceSession:
     ``share_buffers`` (iree-cpu, iree-cuda) is onnxruntime-genai's shared past/present
     buffer mode: an output of this session fed back as an input stays on the
     device (no upload), and a fixed-capacity cache fed that way is updated
-    in place, so ``present`` comes back in the very buffer ``past`` was in
-    (the array fed is changed too: feed ``np.array(x)`` to keep it).  Per
+    in place, so ``present`` comes back in the very buffer ``past`` was in,
+    as the very array fed (changed: feed ``np.array(x)`` to keep it).  Per
     decode step, the cache then costs the new rows only instead of an upload
     of the whole buffer.
     """
