@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from decode_step import compile_for_cpus, cpu_model, ort_session
+from decode_step import compile_for_cpus, cpu_model, ort_session, spin_workers
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 
@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
     parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
     parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
+    parser.add_argument("--worker-spin-us", type=int, default=0, help="local-task workers poll this long before sleeping")
     args = parser.parse_args()
     if args.target_cpu != ["host"] and not args.prepare:
         parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
@@ -61,6 +62,7 @@ def main() -> None:
         models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
         return compile_for_cpus(args.prepare, models, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    spin_workers(args.worker_spin_us)
     for threads in args.threads:
         for seq in args.seq:
             run = runners(seq, threads, args.source)
