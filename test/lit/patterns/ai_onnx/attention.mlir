@@ -1,6 +1,7 @@
 // The standard Attention (opset 23): present = past grown by zero rows, the new rows scattered in; causal keys excluded
 // bottom-right (t > s + P) with the lowest finite value; scores on queries grouped by KV
-// head (K/V never repeated); softmax with rows that see no key set to 0; P.V regrouped.
+// head (K/V never repeated), the mask and its empty rows copied per query of a group to
+// match; softmax with rows that see no key set to 0; P.V regrouped.
 // RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
 
 // CHECK-LABEL: func.func @gqa_causal_past
@@ -15,10 +16,14 @@
 // CHECK:         %[[Q:.+]] = torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,2,4,8],f32>
 // CHECK:         %[[KT:.+]] = torch.aten.transpose.int %[[K]], %int2, %int3
 // CHECK:         torch.aten.matmul %[[Q]], %[[KT]] {{.+}} -> !torch.vtensor<[1,2,4,5],f32>
-// CHECK:         %[[SCALED:.+]] = torch.aten.mul.Scalar {{.+}} -> !torch.vtensor<[1,4,2,5],f32>
-// CHECK:         torch.aten.add.Tensor %[[SCALED]], %[[BIAS]]
+// CHECK:         %[[SCALED:.+]] = torch.aten.mul.Scalar {{.+}} -> !torch.vtensor<[1,2,4,5],f32>
+// CHECK:         %[[BIASES:.+]] = torch.prim.ListConstruct %[[BIAS]], %[[BIAS]]
+// CHECK:         %[[GBIAS:.+]] = torch.aten.cat %[[BIASES]], %int2 {{.+}} -> !torch.vtensor<[1,1,4,5],f32>
+// CHECK:         torch.aten.add.Tensor %[[SCALED]], %[[GBIAS]]
 // CHECK:         torch.aten.exp
-// CHECK:         torch.aten.where.ScalarSelf %[[FULL]], %float0.000000e00
+// CHECK:         %[[FULLS:.+]] = torch.prim.ListConstruct %[[FULL]], %[[FULL]]
+// CHECK:         %[[GFULL:.+]] = torch.aten.cat %[[FULLS]], %int2 {{.+}} -> !torch.vtensor<[1,1,4,1],i1>
+// CHECK:         torch.aten.where.ScalarSelf %[[GFULL]], %float0.000000e00
 // CHECK:         torch.aten.matmul {{.+}}, %[[V]] {{.+}} -> !torch.vtensor<[1,2,4,8],f32>
 // CHECK:         %[[Y:.+]] = torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,4,2,8],f32>
 // CHECK:         return %[[Y]], %[[K]], %[[V]]

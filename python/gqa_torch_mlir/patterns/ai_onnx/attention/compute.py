@@ -9,7 +9,9 @@
 Computed in f32 (f64 for f64 inputs); after each stage the value is rounded
 to Q's type, as the kernel stores each stage.  Query heads are regrouped by
 their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh], so K/V are read once per KV
-head and never repeated.
+head and never repeated; the stages run on the scores in that layout, the
+mask regrouped to match (common/grouped.py), so that on iree-cpu the scale
+and the mask fuse into the Q.K^T matmul.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ....builder import Tensor, TorchBuilder
-from ...common.attention import soft_cap, static_or_neg1, unless_empty
+from ...common.attention import soft_cap, unless_empty
+from ...common.grouped import grouped, grouped_per_head, ungrouped
 from .masks import KeyMask
 from .support import AttentionAttributes, excluded_value
 
@@ -38,48 +41,46 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
                       mask: Optional[KeyMask]) -> Tuple[Tensor, Optional[Tensor]]:
     """Y [B,H,S,Dv] and qk_matmul_output [B,H,S,T] (None unless requested), in Q's type."""
     dtype, ct = q_BHSDh.dtype, compute_dtype(q_BHSDh.dtype)
-    H, Hkv, S = q_BHSDh.shape[1], k_BHkvTDh.shape[1], q_BHSDh.shape[2]
+    H, Hkv, S = q_BHSDh.shape[1], k_BHkvTDh.shape[1], tb.size(q_BHSDh, 2)
     G = H // Hkv
 
     def stored(t: Tensor) -> Tensor:  # rounded to Q's type, computed on in ct
         return t if dtype == ct else tb.to_dtype(tb.to_dtype(t, dtype), ct)
 
     q, k, v = (tb.to_dtype(t, ct) for t in (q_BHSDh, k_BHkvTDh, v_BHkvTDv))
-    q_BHkvGSDh = tb.flatten(tb.unflatten(q, 1, [Hkv, G]), 2, 3)  # [B,H,S,Dh] -> [B,Hkv,G,S,Dh] -> [B,Hkv,G*S,Dh]
+    q_BHkvGSDh = grouped(tb, q, Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
-    scores_BHST = tb.flatten(tb.unflatten(scores_BHkvGST, 2, [G, static_or_neg1(S)]), 1, 2)  # -> [B,Hkv,G,S,T] -> [B,H,S,T]
-    stages = {}
-    scores_BHST = stages[0] = stored(tb.mul_scalar(scores_BHST, effective_scale(attrs, q.shape[3])))
+    stages = {}  # each [B,Hkv,G*S,T]
+    scores_BHkvGST = stages[0] = stored(tb.mul_scalar(scores_BHkvGST, effective_scale(attrs, q.shape[3])))
     if attrs.softcap > 0:
-        scores_BHST = stored(soft_cap(tb, scores_BHST, attrs.softcap))
-    stages[1] = scores_BHST
-    if mask is not None and mask.bias is not None:
-        scores_BHST = stored(tb.add(scores_BHST, tb.to_dtype(mask.bias, ct)))
-    if mask is not None and mask.nonpad_excluded is not None:
-        scores_BHST = tb.where_scalar_else(mask.nonpad_excluded, excluded_value(attrs, dtype), scores_BHST)
-    stages[2] = scores_BHST
+        scores_BHkvGST = stored(soft_cap(tb, scores_BHkvGST, attrs.softcap))
+    stages[1] = scores_BHkvGST
+    if mask is not None and mask.bias is not None:  # [B|1,H|1,S|1,T] -> [B|1,Hkv|1,G*S,T]
+        scores_BHkvGST = stored(tb.add(scores_BHkvGST, grouped_per_head(tb, tb.to_dtype(mask.bias, ct), H, Hkv, S)))
+    if mask is not None and mask.nonpad_excluded is not None:  # [B,1,1,T] broadcasts over the rows
+        scores_BHkvGST = tb.where_scalar_else(mask.nonpad_excluded, excluded_value(attrs, dtype), scores_BHkvGST)
+    stages[2] = scores_BHkvGST
     if attrs.softmax_f32:  # f64 asked to run its softmax in float
-        probs_BHST = tb.to_dtype(softmax(tb, tb.to_dtype(scores_BHST, "f32")), ct)
+        probs_BHkvGST = tb.to_dtype(softmax(tb, tb.to_dtype(scores_BHkvGST, "f32")), ct)
     else:
-        probs_BHST = softmax(tb, scores_BHST)
-    if mask is not None:
-        probs_BHST = tb.where_scalar_else(mask.full_rows, 0.0, probs_BHST)  # onnxruntime's zero rows
-    probs_BHST = stages[3] = stored(probs_BHST)
-    probs_BHkvGST = tb.flatten(tb.unflatten(probs_BHST, 1, [Hkv, G]), 2, 3)  # [B,H,S,T] -> [B,Hkv,G*S,T]
+        probs_BHkvGST = softmax(tb, scores_BHkvGST)
+    if mask is not None:  # onnxruntime's zero rows
+        probs_BHkvGST = tb.where_scalar_else(grouped_per_head(tb, mask.full_rows, H, Hkv, S), 0.0, probs_BHkvGST)
+    probs_BHkvGST = stages[3] = stored(probs_BHkvGST)
     y_BHkvGSDv = tb.matmul(probs_BHkvGST, v)  # x [B,Hkv,T,Dv] -> [B,Hkv,G*S,Dv]
-    y_BHSDv = tb.flatten(tb.unflatten(y_BHkvGSDv, 2, [G, static_or_neg1(S)]), 1, 2)  # -> [B,H,S,Dv]
-    qk = tb.to_dtype(stages[attrs.qk_mode], dtype) if attrs.qk_mode >= 0 else None
+    y_BHSDv = ungrouped(tb, y_BHkvGSDv, G, S)  # -> [B,H,S,Dv]
+    qk = tb.to_dtype(ungrouped(tb, stages[attrs.qk_mode], G, S), dtype) if attrs.qk_mode >= 0 else None  # -> [B,H,S,T]
     return tb.to_dtype(y_BHSDv, dtype), qk
 
 
-def softmax(tb: TorchBuilder, scores_BHST: Tensor) -> Tensor:
-    """Softmax over T; a row of -inf gives zeros (its max taken as 0), never NaN."""
-    max_BHS1 = tb.amax(scores_BHST, 3)
-    max_BHS1 = tb.where_scalar_else(tb.eq_scalar(max_BHS1, float("-inf")), 0.0, max_BHS1)
-    exp_BHST = tb.exp(tb.sub(scores_BHST, max_BHS1))
-    denom_BHS1 = tb.sum_dim(exp_BHST, 3)
-    denom_BHS1 = tb.where_scalar_else(tb.eq_scalar(denom_BHS1, 0.0), 1.0, denom_BHS1)
-    return tb.div(exp_BHST, denom_BHS1)
+def softmax(tb: TorchBuilder, scores_BRT: Tensor) -> Tensor:
+    """Softmax over T of 4-D rows; a row of -inf gives zeros (its max taken as 0), never NaN."""
+    max_BR1 = tb.amax(scores_BRT, 3)
+    max_BR1 = tb.where_scalar_else(tb.eq_scalar(max_BR1, float("-inf")), 0.0, max_BR1)
+    exp_BRT = tb.exp(tb.sub(scores_BRT, max_BR1))
+    denom_BR1 = tb.sum_dim(exp_BRT, 3)
+    denom_BR1 = tb.where_scalar_else(tb.eq_scalar(denom_BR1, 0.0), 1.0, denom_BR1)
+    return tb.div(exp_BRT, denom_BR1)
 
 
 def sdpa_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,

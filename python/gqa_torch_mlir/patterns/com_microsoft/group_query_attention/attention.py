@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, unless_empty
-from .grouped import grouped, grouped_bias, grouped_sink, per_grouped_row, ungrouped
+from ...common.grouped import grouped, grouped_per_head, grouped_sink, per_grouped_row, ungrouped
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
 from .positions import valid_query_rows
@@ -88,7 +88,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
 
     Query heads are regrouped by their KV head, [B,H,S,Dh] -> [B,Hkv,G*S,Dh],
     so K/V are read once per KV head and never repeated; the softmax runs in
-    that layout (grouped.py), where its scale and mask fuse into the Q.K^T
+    that layout (common/grouped.py), where its scale and mask fuse into the Q.K^T
     matmul on iree-cpu.  Returns the attention [B,H,S,Dh] in the input dtype
     and, with qk_output, output_qk [B,H,S,Tt].
     """
@@ -103,7 +103,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     if attrs.softcap > 0:
         scores_BHkvGST = soft_cap(tb, scores_BHkvGST, attrs.softcap)
     if bias is not None:
-        scores_BHkvGST = tb.add(scores_BHkvGST, grouped_bias(tb, tb.to_dtype(bias, "f32"), attrs.num_heads, Hkv, S))
+        scores_BHkvGST = tb.add(scores_BHkvGST, grouped_per_head(tb, tb.to_dtype(bias, "f32"), attrs.num_heads, Hkv, S))
     visible_B1GST = per_grouped_row(tb, tb.unsqueeze(visible_BST, 1), G, S)  # [B,S,T] -> [B,1,S,T] -> [B,1,G*S,T]
     sink_1HkvGS1 = None if ins.head_sink is None else grouped_sink(tb, tb.to_dtype(ins.head_sink, "f32"), Hkv, S)
     # Softmax normalised after P.V: the division runs over [.., Dh] columns, not [.., T] (a prefill's
