@@ -199,7 +199,6 @@ def test_window_cache_generation_crosses_evictions(dtype):
     names = [o.name for o in session.get_outputs()]
     feeds = make_inputs(cfg, seed=7)
     ours = theirs = (feeds["past_key"], feeds["past_value"])
-    rng = np.random.default_rng(3)
     tokens = 0
     for step in range(11):
         S = 5 if step == 0 else 1

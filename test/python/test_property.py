@@ -33,7 +33,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import onnx
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
