@@ -13,7 +13,6 @@ import argparse
 import statistics
 import time
 
-
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 

@@ -324,6 +324,22 @@ def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[st
 VECTOR_EXTENSIONS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_tile")
 
 
+def add_host_options(parser: argparse.ArgumentParser) -> None:
+    """--prepare / --target-cpu / --from (compile here, run on another host) and --worker-spin-us,
+    shared by decode_step.py and prefill_step.py."""
+    parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
+    parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
+    parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
+    parser.add_argument("--worker-spin-us", type=int, default=0, help="local-task workers poll this long before sleeping")
+
+
+def parse_host_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    args = parser.parse_args()
+    if args.target_cpu != ["host"] and not args.prepare:
+        parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
+    return args
+
+
 def spin_workers(us: int) -> None:
     """IREE's local-task workers (threads > 1) poll ``us`` microseconds for more work before they
     sleep (``--task_worker_spin_us``, process-wide, read when the pool is made): each dispatch then
@@ -353,13 +369,8 @@ def main() -> None:
     parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
-    parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
-    parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
-    parser.add_argument("--worker-spin-us", type=int, default=0, help="local-task workers poll this long before sleeping")
-    args = parser.parse_args()
-    if args.target_cpu != ["host"] and not args.prepare:
-        parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
+    add_host_options(parser)
+    args = parse_host_options(parser)
     if args.prepare:
         return prepare(args.prepare, args.past, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from decode_step import compile_for_cpus, cpu_model, ort_session, spin_workers
+from decode_step import add_host_options, compile_for_cpus, cpu_model, ort_session, parse_host_options, spin_workers
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 
@@ -51,13 +51,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--prepare", metavar="DIR", help="only compile the steps into DIR/CPU/ for each --target-cpu")
-    parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
-    parser.add_argument("--from", dest="source", metavar="DIR", help="run the steps --prepare compiled into DIR")
-    parser.add_argument("--worker-spin-us", type=int, default=0, help="local-task workers poll this long before sleeping")
-    args = parser.parse_args()
-    if args.target_cpu != ["host"] and not args.prepare:
-        parser.error("--target-cpu names the CPUs --prepare compiles for; give --prepare DIR")
+    add_host_options(parser)
+    args = parse_host_options(parser)
     if args.prepare:
         models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
         return compile_for_cpus(args.prepare, models, args.target_cpu)
