@@ -1,12 +1,13 @@
-"""One decode step written as the standard Attention (opset 23) against the same step written as
-com.microsoft.GroupQueryAttention, both ours on iree-cpu, and onnxruntime's kernels for each,
-measured alternately in one process (B=1, S=1, H=32, Hkv=8, Dh=128, fp32, a growing cache).
+"""One decode step (or prefill) written as the standard Attention (opset 23) against the same step
+written as com.microsoft.GroupQueryAttention, both ours on iree-cpu, and onnxruntime's kernels for
+each, measured alternately in one process (B=1, H=32, Hkv=8, Dh=128, fp32, a growing cache).
 
-    .venv/bin/python benchmarks/standard_attention_step.py [--past 1023 4095] [--threads 1] [--repeats 30]
+    .venv/bin/python benchmarks/standard_attention_step.py [--past 1023 4095] [--prefill 256 1024] [--threads 1] [--repeats 30]
 
-Standard: Q [1,32,1,128], K/V [1,8,1,128], past_key/past_value [1,8,P,128] -> Y, present_key/value
-[1,8,P+1,128] (is_causal=1, as a decoder with its cache inside Attention).  GroupQueryAttention:
-query [1,1,4096], key/value [1,1,1024], the same past, seqlens_k = P, total_sequence_length = P+1.
+Standard: Q [1,32,S,128], K/V [1,8,S,128], past_key/past_value [1,8,P,128] -> Y, present_key/value
+[1,8,P+S,128] (is_causal=1, as a decoder with its cache inside Attention).  GroupQueryAttention:
+query [1,S,4096], key/value [1,S,1024], the same past, seqlens_k = P+S-1, total_sequence_length =
+P+S.  A decode step is S=1 after P = each --past; a prefill is S = each --prefill tokens after none.
 Both are fed the same numbers; their outputs are checked against each other and onnxruntime.
 
 Rows: the median step time of each; "std / gqa" is the ratio of ours (lower is faster).
@@ -27,23 +28,24 @@ from gqa_torch_mlir.testing import gqa_onnx, standard_attention
 H, HKV, DH = 32, 8, 128
 
 
-def standard_step(past: int):
-    cfg = standard_attention.AttentionConfig(B=1, S=1, L=1, P=past, H=H, Hkv=HKV, Dh=DH, is_causal=True, present=True)
+def standard_step(past: int, S: int):
+    cfg = standard_attention.AttentionConfig(B=1, S=S, L=S, P=past, H=H, Hkv=HKV, Dh=DH, is_causal=True, present=True)
     model, feeds = standard_attention.make_model(cfg), standard_attention.make_inputs(cfg, 0)
     return model, feeds
 
 
-def gqa_step(past: int, std_feeds):
-    """The same step as GroupQueryAttention: [B,H,1,Dh] -> [B,1,H*Dh], the same past."""
-    cfg = gqa_onnx.GQAConfig(batch=1, seq=1, num_heads=H, kv_num_heads=HKV, head_size=DH, past=past)
+def gqa_step(past: int, S: int, std_feeds):
+    """The same step as GroupQueryAttention: [B,H,S,Dh] -> [B,S,H*Dh], the same past."""
+    cfg = gqa_onnx.GQAConfig(batch=1, seq=S, num_heads=H, kv_num_heads=HKV, head_size=DH, past=past)
     model = gqa_onnx.make_model(cfg)
     feeds = gqa_onnx.make_inputs(cfg, np.random.default_rng(0))
-    feeds["query"] = std_feeds["Q"].transpose(0, 2, 1, 3).reshape(1, 1, H * DH)
-    feeds["key"] = std_feeds["K"].transpose(0, 2, 1, 3).reshape(1, 1, HKV * DH)
-    feeds["value"] = std_feeds["V"].transpose(0, 2, 1, 3).reshape(1, 1, HKV * DH)
-    feeds["past_key"], feeds["past_value"] = std_feeds["past_key"], std_feeds["past_value"]
-    feeds["seqlens_k"] = np.array([past], np.int32)
-    feeds["total_sequence_length"] = np.array(past + 1, np.int32).reshape(feeds["total_sequence_length"].shape)
+    feeds["query"] = std_feeds["Q"].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
+    feeds["key"] = std_feeds["K"].transpose(0, 2, 1, 3).reshape(1, S, HKV * DH)
+    feeds["value"] = std_feeds["V"].transpose(0, 2, 1, 3).reshape(1, S, HKV * DH)
+    if past:
+        feeds["past_key"], feeds["past_value"] = std_feeds["past_key"], std_feeds["past_value"]
+    feeds["seqlens_k"] = np.array([past + S - 1], np.int32)
+    feeds["total_sequence_length"] = np.array(past + S, np.int32).reshape(feeds["total_sequence_length"].shape)
     return model, feeds
 
 
@@ -64,7 +66,8 @@ def timed(runners, repeats: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--past", type=int, nargs="+", default=[1023, 4095])
+    parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095], help="decode steps after this many past rows")
+    parser.add_argument("--prefill", type=int, nargs="*", default=[], help="prefills of this many tokens")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
@@ -73,20 +76,20 @@ def main() -> None:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning into the next runner's time
-    print("| past | ours standard | ours GQA | std / gqa | onnxruntime standard | onnxruntime GQA | max diff |")
+    print("| step | ours standard | ours GQA | std / gqa | onnxruntime standard | onnxruntime GQA | max diff |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for past in args.past:
-        std_model, std_feeds = standard_step(past)
-        gqa_model, gqa_feeds = gqa_step(past, std_feeds)
+    for past, S in [(p, 1) for p in args.past] + [(0, s) for s in args.prefill]:
+        std_model, std_feeds = standard_step(past, S)
+        gqa_model, gqa_feeds = gqa_step(past, S, std_feeds)
         ours_std = InferenceSession(std_model, backend="iree-cpu", threads=args.threads)
         ours_gqa = InferenceSession(gqa_model, backend="iree-cpu", threads=args.threads)
         ort_std = onnxruntime.InferenceSession(std_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         ort_gqa = onnxruntime.InferenceSession(gqa_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         gqa_inputs = {i.name for i in ort_gqa.get_inputs()}
         gqa_feeds = {k: v for k, v in gqa_feeds.items() if k in gqa_inputs}
-        y_std = ours_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, 1, H * DH)
+        y_std = ours_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
         y_gqa = ours_gqa.run(None, gqa_feeds)[0]
-        y_ort = ort_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, 1, H * DH)
+        y_ort = ort_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
         diff = max(float(np.abs(y_std - y_gqa).max()), float(np.abs(y_std - y_ort).max()))
         t = timed({
             "ours std": lambda: ours_std.run(None, std_feeds),
@@ -95,7 +98,8 @@ def main() -> None:
             "ort gqa": lambda: ort_gqa.run(None, gqa_feeds),
         }, args.repeats)
         ms = {k: v * 1e3 for k, v in t.items()}
-        print(f"| {past} | {ms['ours std']:.2f} ms | {ms['ours gqa']:.2f} ms | {t['ours std'] / t['ours gqa']:.2f}x | "
+        step = f"decode, past {past}" if S == 1 else f"prefill {S}"
+        print(f"| {step} | {ms['ours std']:.2f} ms | {ms['ours gqa']:.2f} ms | {t['ours std'] / t['ours gqa']:.2f}x | "
               f"{ms['ort std']:.2f} ms | {ms['ort gqa']:.2f} ms | {diff:.1e} |")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
-from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir import InferenceSession, compile
 from gqa_torch_mlir.errors import GqaTorchMlirError
 from gqa_torch_mlir.testing import tiers
 from gqa_torch_mlir.testing.standard_attention import AttentionConfig as C
@@ -106,6 +106,29 @@ def test_matches_onnxruntime_iree_cpu(cfg):
 @pytest.mark.parametrize("cfg", [CONFIGS[i] for i in (0, 9, 17, 22)], ids=lambda c: c.name)
 def test_sdpa_form_matches_onnxruntime(cfg):
     _check(cfg, "iree-cpu", attention="sdpa")
+
+
+# A long causal prefill in blocks of query rows (attention/query_blocks.py): S = 160 is blocks
+# of 64, 64 and 32 rows; each case names how many P.V matmuls the torch IR has.
+BLOCKED = [
+    (C(S=160, L=160, is_causal=True), 3),
+    (C(S=160, L=160, is_causal=True, rank3=True, B=2), 3),
+    (C(S=130, L=130, P=24, present=True, is_causal=True), 3),  # after a past: keys [0, P + stop)
+    (C(S=160, L=40, is_causal=True, mask=M("bool", "ST")), 3),  # fewer keys than queries
+    (C(S=160, L=160, is_causal=True, mask=M("float", "1HST", float_fill="neginf", full_rows=True)), 3),
+    (C(S=160, L=160, is_causal=True, dtype=np.float16, softcap=2.0, rank3=True), 3),
+    (C(S=160, L=160, is_causal=True, dtype=np.float64), 3),  # onnxruntime's function body
+    # not blocked: qk_matmul_output needs every score; nonpad_kv_seqlen's offset is read at run time
+    (C(S=160, L=160, is_causal=True, qk_matmul_output_mode=0), 1),
+    (C(S=160, L=160, is_causal=True, opset=24, nonpad_kv_seqlen=True, B=2), 1),
+]
+BLOCKED_ON = [(*case, backend) for case, backend in tiers.across(BLOCKED, ["refbackend", "iree-cpu"])]
+
+
+@pytest.mark.parametrize("cfg,blocks,backend", BLOCKED_ON, ids=[f"{c[0].name}-{c[-1]}" for c in BLOCKED_ON])
+def test_blocked_prefill_matches_onnxruntime(cfg, blocks, backend):
+    assert str(compile(make_model(cfg), "torch")).count("torch.aten.matmul") // 2 == blocks
+    _check(cfg, backend)
 
 
 def _dynamic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:

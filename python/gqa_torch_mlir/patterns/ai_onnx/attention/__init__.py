@@ -9,6 +9,8 @@ the order the driver runs them:
   (here)       the cache: present = past ++ new rows on the sequence dim (grown, then scattered)
   masks.py     attn_mask, is_causal and nonpad_kv_seqlen as one bias
   compute.py   scores, softcap, bias, softmax, P.V on grouped queries (or SDPA)
+  query_blocks.py
+               a long causal prefill: compute.py's attention per block of query rows
 
 Dimension letters: B batch, H query heads, Hkv KV heads, S query tokens,
 L new KV tokens, P past tokens, T = P + L, Dh / Dv the Q-K / V head sizes.
@@ -24,6 +26,7 @@ from ....registry import Refusal, onnx_op
 from .compute import grouped_attention, sdpa_attention
 from .inputs import AttentionInputs, read_inputs
 from .masks import key_mask
+from .query_blocks import blocked_attention, can_block
 from .support import OUTPUTS, read_attributes, runs_function_body
 
 
@@ -50,6 +53,8 @@ def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
     mask = key_mask(tb, attrs, ins, tb.size(key_BHkvTDh, 2), P)  # masks.py
     if uses_sdpa(b, attrs, ins):
         y_BHSDv, qk_BHST = sdpa_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask), None
+    elif can_block(attrs, mask, tb.size(ins.query_BHSDh, 2), tb.size(key_BHkvTDh, 2), P):  # query_blocks.py
+        y_BHSDv, qk_BHST = blocked_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
     else:
         y_BHSDv, qk_BHST = grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
     return outputs(tb, b, ins, y_BHSDv, key_BHkvTDh, value_BHkvTDv, qk_BHST)
