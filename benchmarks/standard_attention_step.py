@@ -2,7 +2,10 @@
 written as com.microsoft.GroupQueryAttention, both ours on iree-cpu, and onnxruntime's kernels for
 each, measured alternately in one process (B=1, H=32, Hkv=8, Dh=128, fp32, a growing cache).
 
-    .venv/bin/python benchmarks/standard_attention_step.py [--past 1023 4095] [--prefill 256 1024] [--threads 1] [--repeats 30]
+    .venv/bin/python benchmarks/standard_attention_step.py [--past 1023 4095] [--prefill 256 1024] [--threads 1 2] [--repeats 30]
+
+On a host without the compiler, as decode_step.py: ``--prepare DIR --target-cpu NAME...`` (with
+the same --past and --prefill) here, ``--from DIR/NAME`` there.
 
 Standard: Q [1,32,S,128], K/V [1,8,S,128], past_key/past_value [1,8,P,128] -> Y, present_key/value
 [1,8,P+S,128] (is_causal=1, as a decoder with its cache inside Attention).  GroupQueryAttention:
@@ -17,11 +20,14 @@ Not a test: numbers depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import time
 
 import numpy as np
 
+from decode_step import add_host_options, compile_for_cpus, cpu_model, parse_host_options
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing import gqa_onnx, standard_attention
 
@@ -64,43 +70,71 @@ def timed(runners, repeats: int):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def step_name(past: int, S: int) -> str:
+    return f"decode-p{past}" if S == 1 else f"prefill-s{S}"
+
+
+def ours(model, threads: int, source, name: str) -> InferenceSession:
+    """Compiled here, or read from a ``--prepare``d directory."""
+    if source:
+        vmfb = open(os.path.join(source, f"{name}.vmfb"), "rb").read()
+        return InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads)
+    return InferenceSession(model, backend="iree-cpu", threads=threads)
+
+
+def measure_step(past: int, S: int, threads: int, repeats: int, source) -> str:
+    """One table row: both ops, ours and onnxruntime's, alternately."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning into the next runner's time
+    std_model, std_feeds = standard_step(past, S)
+    gqa_model, gqa_feeds = gqa_step(past, S, std_feeds)
+    ours_std = ours(std_model, threads, source, f"std-{step_name(past, S)}")
+    ours_gqa = ours(gqa_model, threads, source, f"gqa-{step_name(past, S)}")
+    ort_std = onnxruntime.InferenceSession(std_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ort_gqa = onnxruntime.InferenceSession(gqa_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    gqa_inputs = {i.name for i in ort_gqa.get_inputs()}
+    gqa_feeds = {k: v for k, v in gqa_feeds.items() if k in gqa_inputs}
+    y_std = ours_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
+    y_gqa = ours_gqa.run(None, gqa_feeds)[0]
+    y_ort = ort_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
+    diff = max(float(np.abs(y_std - y_gqa).max()), float(np.abs(y_std - y_ort).max()))
+    t = timed({
+        "ours std": lambda: ours_std.run(None, std_feeds),
+        "ours gqa": lambda: ours_gqa.run(None, gqa_feeds),
+        "ort std": lambda: ort_std.run(None, std_feeds),
+        "ort gqa": lambda: ort_gqa.run(None, gqa_feeds),
+    }, repeats)
+    ms = {k: v * 1e3 for k, v in t.items()}
+    step = f"decode, past {past}" if S == 1 else f"prefill {S}"
+    return (f"| {step}, {threads}t | {ms['ours std']:.2f} ms | {ms['ours gqa']:.2f} ms | {t['ours std'] / t['ours gqa']:.2f}x | "
+            f"{ms['ort std']:.2f} ms | {ms['ort gqa']:.2f} ms | {t['ours std'] / t['ort std']:.2f}x | {diff:.1e} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--past", type=int, nargs="*", default=[1023, 4095], help="decode steps after this many past rows")
     parser.add_argument("--prefill", type=int, nargs="*", default=[], help="prefills of this many tokens")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, nargs="*", default=[1])
     parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning into the next runner's time
-    print("| step | ours standard | ours GQA | std / gqa | onnxruntime standard | onnxruntime GQA | max diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for past, S in [(p, 1) for p in args.past] + [(0, s) for s in args.prefill]:
-        std_model, std_feeds = standard_step(past, S)
-        gqa_model, gqa_feeds = gqa_step(past, S, std_feeds)
-        ours_std = InferenceSession(std_model, backend="iree-cpu", threads=args.threads)
-        ours_gqa = InferenceSession(gqa_model, backend="iree-cpu", threads=args.threads)
-        ort_std = onnxruntime.InferenceSession(std_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        ort_gqa = onnxruntime.InferenceSession(gqa_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        gqa_inputs = {i.name for i in ort_gqa.get_inputs()}
-        gqa_feeds = {k: v for k, v in gqa_feeds.items() if k in gqa_inputs}
-        y_std = ours_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
-        y_gqa = ours_gqa.run(None, gqa_feeds)[0]
-        y_ort = ort_std.run(None, std_feeds)[0].transpose(0, 2, 1, 3).reshape(1, S, H * DH)
-        diff = max(float(np.abs(y_std - y_gqa).max()), float(np.abs(y_std - y_ort).max()))
-        t = timed({
-            "ours std": lambda: ours_std.run(None, std_feeds),
-            "ours gqa": lambda: ours_gqa.run(None, gqa_feeds),
-            "ort std": lambda: ort_std.run(None, std_feeds),
-            "ort gqa": lambda: ort_gqa.run(None, gqa_feeds),
-        }, args.repeats)
-        ms = {k: v * 1e3 for k, v in t.items()}
-        step = f"decode, past {past}" if S == 1 else f"prefill {S}"
-        print(f"| {step} | {ms['ours std']:.2f} ms | {ms['ours gqa']:.2f} ms | {t['ours std'] / t['ours gqa']:.2f}x | "
-              f"{ms['ort std']:.2f} ms | {ms['ort gqa']:.2f} ms | {diff:.1e} |")
+    add_host_options(parser)
+    args = parse_host_options(parser)
+    steps = [(p, 1) for p in args.past] + [(0, s) for s in args.prefill]
+    if args.prepare:
+        models = {}
+        for past, S in steps:
+            std_model, std_feeds = standard_step(past, S)
+            models[f"std-{step_name(past, S)}.vmfb"] = std_model
+            models[f"gqa-{step_name(past, S)}.vmfb"] = gqa_step(past, S, std_feeds)[0]
+        return compile_for_cpus(args.prepare, models, args.target_cpu)
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    print("| step | ours standard | ours GQA | std / gqa | onnxruntime standard | onnxruntime GQA | ours std / ort std | max diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for threads in args.threads:
+        for past, S in steps:
+            print(measure_step(past, S, threads, args.repeats, args.source), flush=True)
 
 
 if __name__ == "__main__":
