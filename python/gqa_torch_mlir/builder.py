@@ -251,6 +251,21 @@ class TorchBuilder:
             inner.op("torch.prim.If.yield", [inner.static_info_cast(branch(inner), type_text)], [])
         return Tensor(if_op.results[0], tuple(shape), dtype)
 
+    def loop(self, count: Dim, init: Tensor, body) -> Tensor:
+        """``torch.prim.Loop`` for i in [0, count), carrying one tensor: ``body(inner, i, carried)``
+        emits one iteration with the builder ``inner`` (into the loop's region; ``i`` a !torch.int)
+        and returns the next carried tensor, of ``init``'s type (refined types are cast)."""
+        type_text = vtensor_type_text(init.shape, init.dtype)
+        operands = [self.dim_value(count), self.bool(True), init.value]
+        loop_op = self.ir.Operation.create(
+            "torch.prim.Loop", results=[self.types.get(type_text)], operands=operands, regions=1, loc=self.loc, ip=self.ip
+        )
+        block = loop_op.regions[0].blocks.append(self.types.get("!torch.int"), self.types.get(type_text), arg_locs=[self.loc] * 2)
+        inner = TorchBuilder(self.ir, self.types, self.ir.InsertionPoint(block), self.loc)
+        carried = body(inner, block.arguments[0], Tensor(block.arguments[1], tuple(init.shape), init.dtype))
+        inner.op("torch.prim.Loop.condition", [inner.bool(True), inner.static_info_cast(carried, type_text)], [])
+        return Tensor(loop_op.results[0], tuple(init.shape), init.dtype)
+
     def runtime_check(self, ok: Tensor, message: str) -> None:
         """Assert at run time that every element of the i1 tensor ``ok`` holds.
 
@@ -379,6 +394,16 @@ class TorchBuilder:
             t.dtype,
         )
 
+    def slice_rows(self, t: Tensor, dim: int, start: Dim, length: int) -> Tensor:
+        """``t[..., start:start+length, ...]`` on ``dim``, typed ``length`` long: the caller guarantees
+        ``start + length`` is within the dim (torch-mlir trusts the static size)."""
+        shape = list(t.shape)
+        shape[dim] = length
+        end = self.dim_add(start, length)
+        return self.tensor_op(
+            "torch.aten.slice.Tensor", [t.value, self.int(dim), self.dim_value(start), self.dim_value(end), self.int(1)], shape, t.dtype
+        )
+
     def pad_dim_end(self, t: Tensor, dim: int, amount: Dim, value: float = 0.0) -> Tensor:
         """``constant_pad_nd`` appending ``amount`` entries of ``value`` to ``dim``."""
         pads = []
@@ -458,6 +483,10 @@ class TorchBuilder:
         """``t == scalar`` (a float, an int, or a !torch.int value) as i1."""
         value = self.float(scalar) if isinstance(scalar, float) else self.dim_value(scalar)
         return self.tensor_op("torch.aten.eq.Scalar", [t.value, value], t.shape, "i1")
+
+    def ne_scalar(self, t: Tensor, scalar: Dim) -> Tensor:
+        """``t != scalar`` (an int or a !torch.int value) as i1."""
+        return self.tensor_op("torch.aten.ne.Scalar", [t.value, self.dim_value(scalar)], t.shape, "i1")
 
     def ge(self, a: Tensor, b: Tensor) -> Tensor:
         return self._binary("torch.aten.ge.Tensor", a, b, "i1")
@@ -659,6 +688,13 @@ class TorchBuilder:
         scalar = self.float(value) if dtype in FLOAT_DTYPES else self.int(int(value))
         operands = [t.value, scalar, self.int(DTYPE_CODES[dtype]), n, n, n, n]
         return self.tensor_op("torch.aten.full_like", operands, t.shape, dtype)
+
+    def full_sized(self, sizes: Sequence[Dim], value: float, dtype: str) -> Tensor:
+        """A tensor of ``sizes`` (static or dynamic Dims) filled with ``value`` (``aten.full``)."""
+        n = self.none()
+        scalar = self.float(value) if dtype in FLOAT_DTYPES else self.int(int(value))
+        operands = [self.int_list(sizes), scalar, self.int(DTYPE_CODES[dtype]), n, n, n]
+        return self.tensor_op("torch.aten.full", operands, tuple(self.static(d) for d in sizes), dtype)
 
     def mean_dims(self, t: Tensor, dims: Sequence[int]) -> Tensor:
         """Mean over ``dims`` (a sum divided by the count), each kept as size 1."""

@@ -13,6 +13,7 @@ from .errors import GqaTorchMlirError
 
 ATTENTION_FORMS = ("decomposed", "sdpa")
 DEVICES = ("cpu", "gpu")
+SWITCH = ("off", "on")
 
 
 @dataclass(frozen=True)
@@ -29,18 +30,26 @@ class LoweringOptions:
     #   gpu  the cache written by a select over its rows (IREE's GPU scatter
     #        runs on one thread); every row read, masked: no host readback
     device: str = "cpu"
+    # A causal prefill whose query length is known only at run time (the exporters'
+    # dynamic axes), attended in blocks of 64 query rows in a loop when it has 128 rows or
+    # more (on), or whole (off).  Off by default: the branch it adds costs a decode step
+    # on IREE's multi-threaded runtime (benchmarks/README.md, "CPU, round 6").
+    prefill_loop: str = "off"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_FORMS:
             raise GqaTorchMlirError(f"option attention={self.attention!r} is not one of {', '.join(ATTENTION_FORMS)}")
         if self.device not in DEVICES:
             raise GqaTorchMlirError(f"option device={self.device!r} is not one of {', '.join(DEVICES)}")
+        if self.prefill_loop not in SWITCH:
+            raise GqaTorchMlirError(f"option prefill_loop={self.prefill_loop!r} is not one of {', '.join(SWITCH)}")
 
     @staticmethod
-    def for_backend(backend: str, attention: "str | None" = None) -> "LoweringOptions":
-        """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` if given."""
+    def for_backend(backend: str, attention: "str | None" = None, prefill_loop: "str | None" = None) -> "LoweringOptions":
+        """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` and ``prefill_loop`` if given."""
         default = BACKEND_DEFAULTS[backend]
-        return LoweringOptions(attention=attention or default.attention, device=default.device)
+        return LoweringOptions(attention=attention or default.attention, device=default.device,
+                               prefill_loop=prefill_loop or default.prefill_loop)
 
     def text(self) -> str:
         """The pass's option string (``attention=sdpa device=gpu``), as ``parse`` reads it."""

@@ -95,6 +95,9 @@ class InferenceSession:
     as the very array fed (changed: feed ``np.array(x)`` to keep it).  Per
     decode step, the cache then costs the new rows only instead of an upload
     of the whole buffer.
+
+    ``attention`` and ``prefill_loop`` are the lowering's options (options.py) where the
+    backend's defaults are not wanted.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class InferenceSession:
         runtime_verification: bool = False,
         attention: Optional[str] = None,
         share_buffers: bool = False,
+        prefill_loop: Optional[str] = None,
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
@@ -120,7 +124,7 @@ class InferenceSession:
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
-        options = LoweringOptions.for_backend(backend, attention)  # options.py: BACKEND_DEFAULTS
+        options = LoweringOptions.for_backend(backend, attention, prefill_loop)  # options.py: BACKEND_DEFAULTS
         self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
 
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gqa_torch_mlir import InferenceSession, compile
+from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 from gqa_torch_mlir.testing.tiers import across
 
@@ -68,3 +69,25 @@ def test_one_row_decode_reads_back_one_length(cfg, want):
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
     assert not problems, "\n".join(problems)
+
+
+# A query length known at run time only (the exporters' dynamic axes) with prefill_loop=on: blocks
+# of 64 rows in a loop from 128 rows on, the whole step below (a branch). One model, fed each
+# (S, past) in turn: below, at and past the branch, a partial last block, a chunk after a past,
+# decode steps of one and two batch rows.
+LOOP_COMMON = dict(num_heads=8, kv_num_heads=2, head_size=16, rotary=True, rotary_cache_len=400, dynamic=True)
+LOOP_STEPS = [(1, 0, 1), (5, 0, 1), (127, 0, 1), (128, 0, 1), (300, 0, 1), (130, 24, 1), (1, 50, 1), (200, 0, 2), (1, 40, 2)]
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_prefill_loop_matches_onnxruntime(backend):
+    model = make_model(C(seq=200, **LOOP_COMMON))
+    assert "torch.prim.Loop" in str(compile(model, "torch", options=LoweringOptions(prefill_loop="on")))
+    assert "torch.prim.Loop" not in str(compile(model, "torch"))  # off by default
+    session = InferenceSession(model, backend=backend, prefill_loop="on", **({"threads": 2} if backend == "iree-cpu" else {}))
+    for seq, past, batch in LOOP_STEPS:
+        cfg = C(seq=seq, past=past, batch=batch, **LOOP_COMMON)
+        feeds = make_inputs(cfg, seed=seq + past)
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        problems = compare(cfg, got, run_onnxruntime(make_model(cfg), feeds), feeds)
+        assert not problems, f"S={seq} past={past} batch={batch} on {backend}:\n" + "\n".join(problems)

@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the MLIR to print (default: torch); not with --backend")
     c.add_argument("--backend", choices=tuple(IREE_TARGETS), help="compile for IREE to a VM flatbuffer (.vmfb) instead")
     c.add_argument("--attention", choices=ATTENTION_FORMS, help="the attention form (default: the backend's)")
+    c.add_argument("--prefill-loop", choices=("off", "on"),
+                   help="a causal prefill of run-time length in blocks of query rows, in a loop (default: off)")
     c.add_argument("-o", "--output", default="-")
     return parser
 
@@ -78,7 +80,7 @@ def cmd_compile(args) -> int:
 
     if args.backend is not None:
         return _compile_for_iree(args)
-    options = LoweringOptions(attention=args.attention) if args.attention else None
+    options = LoweringOptions.for_backend("refbackend", args.attention, args.prefill_loop) if args.attention or args.prefill_loop else None
     module = compile(args.model, output_type=args.output_type or "torch", options=options)
     write_text(args.output, str(module))
     return 0
@@ -95,7 +97,7 @@ def _compile_for_iree(args) -> int:
         raise GqaTorchMlirError(f"--backend {args.backend} needs IREE's compiler ({e}): pip install 'gqa-torch-mlir[iree]'") from None
     from ..options import LoweringOptions
 
-    backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention))
+    backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention, args.prefill_loop))
     lowered = backend.lower(args.model)
     function = lowered.function
     vmfb = backend.compile_lowered(lowered)

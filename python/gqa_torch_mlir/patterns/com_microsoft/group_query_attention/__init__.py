@@ -55,7 +55,7 @@ from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
 from .kv_cache import kv_cache_step
 from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
-from .query_blocks import blocked_attention, can_block
+from .query_blocks import blocked_attention, can_block, can_loop, looped_attention
 from .positions import rotary_tables, step_positions
 from .quantized_cache import CacheCodec
 from .shapes import unify_dims
@@ -115,10 +115,12 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
+        def attend_block(tb_, block_step, q, k, v, visible, read):
+            return decomposed_attention(tb_, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
         if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
-            def attend_block(block_step, q, k, v, visible, read):
-                return decomposed_attention(tb, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
             return blocked_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
+        if can_loop(b.options, attrs, step, bias):  # the same, S known at run time only: in a loop (query_blocks.py)
+            return looped_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
         return decomposed_attention(
             tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors,
         )

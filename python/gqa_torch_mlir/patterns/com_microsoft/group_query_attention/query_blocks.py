@@ -5,10 +5,13 @@ checks keep past_len[b] <= R - S (the new rows fit the R rows read).  So the
 queries [start, stop) see no key at or past R - S + stop: each block reads
 the keys [0, R - S + stop) only.
 
-Only where every size involved is static and nothing needs the whole score
-matrix: causal attention over a position-indexed cache (no window cache),
-no attention_bias, no output_qk.  The blocks' attention is the decomposed
-form's.
+Only where nothing needs the whole score matrix: causal attention over a
+position-indexed cache (no window cache), no attention_bias, no output_qk.
+Static sizes give unrolled blocks; a query length known only at run time
+takes them in a loop from common/query_blocks.LOOP_FROM rows on (a branch:
+a decode step's single row is attended whole) with the pass option
+prefill_loop=on.  The blocks' attention is
+the decomposed form's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....builder import Tensor, TorchBuilder
-from ...common.query_blocks import joined, long_enough, row_blocks
+from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, padded_rows, row_blocks
 
 
 def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
@@ -28,8 +31,17 @@ def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
     )
 
 
+def can_loop(options, attrs, step, bias) -> bool:
+    """The conditions of :func:`can_block` but for the query length, known only at run time, with
+    the pass option prefill_loop=on (options.py: off by default)."""
+    return (
+        options.prefill_loop == "on" and not isinstance(step.S, int)
+        and attrs.causal and not attrs.window_cache and not attrs.qk_output and bias is None
+    )
+
+
 def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
-    """``attend(step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S
+    """``attend(tb, step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S
     (returned as [B,H,S,Dh])."""
     S, R = step.S, key_BHkvRDh.shape[2]
     blocks = []
@@ -40,5 +52,38 @@ def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, 
         v_BHkvKDh = tb.slice(value_BHkvRDh, 2, 0, keys)
         visible_BSbK = tb.slice(tb.slice(visible_BSR, 1, start, stop), 2, 0, keys)  # [B,S,R] -> [B,Sb,R] -> [B,Sb,K]
         read_B1K = None if read_B1R is None else tb.slice(read_B1R, 2, 0, keys)  # [B,1,R] -> [B,1,K]
-        blocks.append(attend(replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K))
+        blocks.append(attend(tb, replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K))
     return joined(tb, blocks)
+
+
+def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
+    """A run-time query length: ``attend`` over blocks of ROWS rows in a loop when S >= LOOP_FROM,
+    else over all of S; [B,H,S,Dh]."""
+    S, R = step.S, tb.size(key_BHkvRDh, 2)
+
+    def whole(inner: TorchBuilder) -> Tensor:
+        attn_BHSDh = attend(inner, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R)
+        return inner.transpose(attn_BHSDh, 1, 2)  # -> [B,S,H,Dh]
+
+    def in_blocks(inner: TorchBuilder) -> Tensor:
+        q_BHSpDh = padded_rows(inner, query_BHSDh, 2, S)  # [B,H,S,Dh] -> [B,H,S_pad,Dh]
+        visible_BSpR = padded_rows(inner, visible_BSR, 1, S)  # [B,S,R] -> [B,S_pad,R]
+
+        def block(it: TorchBuilder, start) -> Tensor:
+            keys = it.dim_min(R, it.dim_add(it.dim_sub(R, S), it.dim_add(start, ROWS)))  # [0, R - S + stop)
+            q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
+            k_BHkvKDh = it.slice(key_BHkvRDh, 2, 0, keys)  # [B,Hkv,R,Dh] -> [B,Hkv,K,Dh]
+            v_BHkvKDh = it.slice(value_BHkvRDh, 2, 0, keys)
+            visible_BSbK = it.slice(it.slice_rows(visible_BSpR, 1, start, ROWS), 2, 0, keys)  # -> [B,ROWS,K]
+            read_B1K = None if read_B1R is None else it.slice(read_B1R, 2, 0, keys)
+            attn_BHSbDh = attend(it, replace(step, S=ROWS), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K)
+            return it.transpose(attn_BHSbDh, 1, 2)  # -> [B,ROWS,H,Dh]
+
+        return looped(inner, S, query_BHSDh, block)  # [B,S,H,Dh]
+
+    # Both branches give the output's [B,S,H,Dh] layout: the op's own transpose to it (outputs()) then
+    # cancels the one below, and no dispatch follows the branch (each part of a step the branch splits
+    # off is a submission of its own on IREE's runtime).
+    B, _, H, Dh = query_BHSDh.shape
+    attn_BSHDh = tb.if_else(tb.dim_le(LOOP_FROM, S), (B, None, H, Dh), query_BHSDh.dtype, in_blocks, whole)
+    return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
