@@ -6,6 +6,10 @@ iree-cpu against onnxruntime's kernel, measured alternately in one process.
 On a host without the compiler, as decode_step.py: ``--prepare DIR --target-cpu NAME...`` here,
 ``--from DIR/NAME`` there.
 
+``--dynamic`` adds two rows compiled here: the same step from a model whose lengths are
+dynamic (as the builder's and exporters' models declare them), lowered as by default
+("ours dynamic") and with the pass option prefill_loop=on ("ours dyn. loop").
+
 Prints median milliseconds, the ratio to onnxruntime (lower is faster;
 <= 1.0 beats it), the largest output difference, and the CPU it ran on.
 benchmarks/dispatch_profile.py --case prefill256 shows where the time goes.
@@ -33,8 +37,8 @@ def vmfb_name(seq: int) -> str:
     return f"prefill-s{seq}.vmfb"
 
 
-def runners(seq: int, threads: int, source=None):
-    """``source``: a ``--prepare``d directory of compiled steps."""
+def runners(seq: int, threads: int, source=None, dynamic: bool = False):
+    """``source``: a ``--prepare``d directory of compiled steps; ``dynamic``: the --dynamic rows."""
     cfg = GQAConfig(seq=seq, **HEADS)
     model, feeds = make_model(cfg), make_inputs(cfg)
     theirs = ort_session(model, threads)
@@ -43,7 +47,14 @@ def runners(seq: int, threads: int, source=None):
         ours = InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads)
     else:
         ours = InferenceSession(model, backend="iree-cpu", threads=threads)
-    return {"onnxruntime": lambda: theirs.run(None, feeds)[0], "ours": lambda: ours.run(None, feeds)[0]}
+    run = {"onnxruntime": lambda: theirs.run(None, feeds)[0], "ours": lambda: ours.run(None, feeds)[0]}
+    if dynamic:
+        dynamic_model = make_model(GQAConfig(seq=seq, dynamic=True, **HEADS))
+        whole = InferenceSession(dynamic_model, backend="iree-cpu", threads=threads)
+        looped = InferenceSession(dynamic_model, backend="iree-cpu", threads=threads, prefill_loop="on")
+        run["ours dynamic"] = lambda: whole.run(None, feeds)[0]
+        run["ours dyn. loop"] = lambda: looped.run(None, feeds)[0]
+    return run
 
 
 def main() -> None:
@@ -51,8 +62,11 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--dynamic", action="store_true", help="also the step with dynamic lengths (see above)")
     add_host_options(parser)
     args = parse_host_options(parser)
+    if args.dynamic and args.source:
+        parser.error("--dynamic compiles here: not with --from")
     if args.prepare:
         models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
         return compile_for_cpus(args.prepare, models, args.target_cpu)
@@ -60,7 +74,7 @@ def main() -> None:
     spin_workers(args.worker_spin_us)
     for threads in args.threads:
         for seq in args.seq:
-            run = runners(seq, threads, args.source)
+            run = runners(seq, threads, args.source, args.dynamic)
             outputs = {k: np.asarray(r()) for k, r in run.items()}
             times = {k: [] for k in run}
             for _ in range(args.repeats):  # alternate so load changes hit every runner alike
@@ -69,11 +83,11 @@ def main() -> None:
                     r()
                     times[key].append(time.perf_counter() - t)
             base = statistics.median(times["onnxruntime"])
-            diff = float(np.max(np.abs(outputs["ours"] - outputs["onnxruntime"])))
+            diffs = {k: float(np.max(np.abs(o - outputs["onnxruntime"]))) for k, o in outputs.items()}
             print(f"\nprefill S={seq}, {threads} thread(s), median of {args.repeats}")
             for key, ts in times.items():
                 med = statistics.median(ts)
-                print(f"  {key:12s} {1e3 * med:9.2f} ms  {med / base:5.2f}x onnxruntime" + (f"  max|diff| {diff:.1e}" if key == "ours" else ""))
+                print(f"  {key:14s} {1e3 * med:9.2f} ms  {med / base:5.2f}x onnxruntime" + (f"  max|diff| {diffs[key]:.1e}" if key != "onnxruntime" else ""))
 
 
 if __name__ == "__main__":
