@@ -30,10 +30,11 @@ class LoweringOptions:
     #   gpu  the cache written by a select over its rows (IREE's GPU scatter
     #        runs on one thread); every row read, masked: no host readback
     device: str = "cpu"
-    # A causal prefill whose query length is known only at run time (the exporters'
-    # dynamic axes), attended in blocks of 64 query rows in a loop when it has 128 rows or
-    # more (on), or whole (off).  Off by default: the branch it adds costs a decode step
-    # on IREE's multi-threaded runtime (benchmarks/README.md, "CPU, round 6").
+    # A causal prefill (GroupQueryAttention, Attention) whose query length is known only
+    # at run time (the exporters' dynamic axes), attended in blocks of 64 query rows in a
+    # loop when it has 128 rows or more (on), or whole (off).  Off by default: the
+    # branch it adds costs a decode step on IREE's multi-threaded runtime
+    # (benchmarks/README.md, "CPU, round 6").
     prefill_loop: str = "off"
 
     def __post_init__(self):

@@ -16,6 +16,7 @@ import pytest
 
 from gqa_torch_mlir import InferenceSession, compile
 from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.testing import tiers
 from gqa_torch_mlir.testing.standard_attention import AttentionConfig as C
 from gqa_torch_mlir.testing.standard_attention import MaskSpec as M
@@ -151,6 +152,28 @@ def test_dynamic_batch_and_lengths(backend):
     got = InferenceSession(model, backend=backend).run(None, feeds)
     for have, want in zip(got, expected.values()):
         np.testing.assert_allclose(have, want, rtol=0, atol=1e-4)
+
+
+# A query length known at run time only with prefill_loop=on: blocks of 64 rows in a loop from 128
+# rows on, the whole step below (a branch). One model per form, fed each (S, L, P) in turn.
+LOOPED = [
+    (C(S=161, L=161, is_causal=True, mask=M("bool", "ST")), [(1, 1, 0), (127, 127, 0), (200, 200, 0), (130, 40, 0)]),
+    (C(S=161, L=161, P=7, is_causal=True, rank3=True, present=True), [(200, 200, 9), (1, 1, 9)]),
+]
+
+
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+def test_prefill_loop_matches_onnxruntime(backend):
+    for probe, steps in LOOPED:
+        model = _dynamic(make_model(probe), {161: "seq", 7: "past", 168: "total"})
+        assert "torch.prim.Loop" in str(compile(model, "torch", options=LoweringOptions(prefill_loop="on")))
+        session = InferenceSession(model, backend=backend, prefill_loop="on")
+        for S, L, P in steps:
+            cfg = dataclasses.replace(probe, S=S, L=L, P=P)
+            feeds = make_inputs(cfg, 0)
+            got = session.run(None, feeds)
+            for have, (name, want) in zip(got, run_onnxruntime(make_model(cfg), feeds).items()):
+                np.testing.assert_allclose(have, want, rtol=0, atol=1e-4, err_msg=f"{name} S={S} L={L} P={P}")
 
 
 REFUSALS = [

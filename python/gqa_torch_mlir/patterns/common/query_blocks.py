@@ -61,26 +61,28 @@ def joined(tb: TorchBuilder, blocks_BHSbD: Sequence[Tensor], sequence_major: boo
     return tb.transpose(tb.cat(blocks_BSbHD, 1), 1, 2)  # [B,S,H,D] -> [B,H,S,D]
 
 
-def looped(tb: TorchBuilder, S: Dim, like_BHSD: Tensor, block) -> Tensor:
+def looped(tb: TorchBuilder, S: Dim, sizes_BHD, dtype: str, block, sequence_major: bool = True) -> Tensor:
     """A run-time query length S in blocks of ROWS rows, in a loop (``torch.prim.Loop``) of
-    ceil(S / ROWS) iterations: ``block(inner, start)`` emits one block's [B,ROWS,H,D] for the
-    query rows [start, start + ROWS) with the builder ``inner``.  The caller pads its tensors
-    indexed by query row to ceil(S / ROWS) * ROWS rows (the last block's extra rows are computed
-    and dropped).  ``like_BHSD`` has the result's B, H, D and type (its values are not read).
-    Returns [B,S,H,D].
+    ceil(S / ROWS) iterations: ``block(inner, start)`` emits, with the builder ``inner``, one
+    block's attention for the query rows [start, start + ROWS): [B,ROWS,H,D] (``sequence_major``)
+    or [B,H,ROWS,D].  The caller pads its tensors indexed by query row to ceil(S / ROWS) * ROWS
+    rows (the last block's extra rows are computed and dropped).  ``sizes_BHD``: the result's B,
+    H and D.  Returns [B,S,H,D] (``sequence_major``) or [B,H,S,D].
 
     The loop carries the joined blocks; IREE 3.13 copies that tensor once per iteration
     (its copy elision does not see through the loop), a cost that grows with S^2.
     """
     blocks = tb.dim_floordiv(tb.dim_add(S, ROWS - 1), ROWS)
-    B, H, D = (tb.size(like_BHSD, d) for d in (0, 1, 3))
-    init_BSpHD = tb.full_sized([B, tb.dim_mul(blocks, ROWS), H, D], 0.0, like_BHSD.dtype)  # [B,S_pad,H,D]
+    B, H, D = sizes_BHD
+    dim = 1 if sequence_major else 2  # the rows' dim
+    padded = [B, tb.dim_mul(blocks, ROWS), H, D] if sequence_major else [B, H, tb.dim_mul(blocks, ROWS), D]
+    init = tb.full_sized(padded, 0.0, dtype)  # [B,S_pad,H,D] / [B,H,S_pad,D]
 
-    def iteration(inner: TorchBuilder, i, acc_BSpHD: Tensor) -> Tensor:
+    def iteration(inner: TorchBuilder, i, acc: Tensor) -> Tensor:
         start = inner.dim_mul(i, ROWS)
-        return inner.slice_scatter(acc_BSpHD, block(inner, start), 1, start, inner.dim_add(start, ROWS))
+        return inner.slice_scatter(acc, block(inner, start), dim, start, inner.dim_add(start, ROWS))
 
-    return tb.slice(tb.loop(blocks, init_BSpHD, iteration), 1, 0, S)  # [B,S_pad,H,D] -> [B,S,H,D]
+    return tb.slice(tb.loop(blocks, init, iteration), dim, 0, S)  # S_pad rows -> S
 
 
 def padded_rows(tb: TorchBuilder, t: Tensor, dim: int, S: Dim) -> Tensor:

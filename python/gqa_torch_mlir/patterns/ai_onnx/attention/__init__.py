@@ -26,7 +26,7 @@ from ....registry import Refusal, onnx_op
 from .compute import grouped_attention, sdpa_attention
 from .inputs import AttentionInputs, read_inputs
 from .masks import key_mask
-from .query_blocks import blocked_attention, can_block
+from .query_blocks import blocked_attention, can_block, can_loop, looped_attention
 from .support import OUTPUTS, read_attributes, runs_function_body
 
 
@@ -55,6 +55,8 @@ def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
         y_BHSDv, qk_BHST = sdpa_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask), None
     elif can_block(attrs, mask, tb.size(ins.query_BHSDh, 2), tb.size(key_BHkvTDh, 2), P):  # query_blocks.py
         y_BHSDv, qk_BHST = blocked_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
+    elif can_loop(b.options, attrs, mask, tb.size(ins.query_BHSDh, 2)):  # the same in a loop: query_blocks.py
+        y_BHSDv, qk_BHST = looped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
     else:
         y_BHSDv, qk_BHST = grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
     return outputs(tb, b, ins, y_BHSDv, key_BHkvTDh, value_BHkvTDv, qk_BHST)

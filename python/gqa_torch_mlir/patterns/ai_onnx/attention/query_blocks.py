@@ -7,9 +7,12 @@ their probabilities are exactly 0 and dropping them changes no sum.  The
 bias and the rows-without-keys mask are computed for the whole step and
 sliced per block.
 
-Only where every size involved is static and nothing needs the whole score
-matrix: is_causal, no nonpad_kv_seqlen (its offset is per batch row, read at
-run time), no qk_matmul_output.  Each block's attention is compute.py's.
+Only where nothing needs the whole score matrix: is_causal, no
+nonpad_kv_seqlen (its offset is per batch row, read at run time), no
+qk_matmul_output.  Static sizes give unrolled blocks; a query length known
+only at run time takes them in a loop from common/query_blocks.LOOP_FROM
+rows on with the pass option prefill_loop=on (a branch: a decode step's
+single row is attended whole).  Each block's attention is compute.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....builder import Dim, Tensor, TorchBuilder
-from ...common.query_blocks import joined, long_enough, row_blocks
+from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, padded_rows, row_blocks
 from .compute import grouped_attention
 from .masks import KeyMask
 from .support import AttentionAttributes
@@ -47,3 +50,48 @@ def blocked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
         block_mask = KeyMask(bias, None, tb.slice(mask.full_rows, 2, start, stop))  # [..,S,1] -> [..,Sb,1]
         blocks.append(grouped_attention(tb, attrs, q_BHSbDh, k_BHkvKDh, v_BHkvKDv, block_mask)[0])
     return joined(tb, blocks, sequence_major=rank3)
+
+
+def can_loop(options, attrs: AttentionAttributes, mask: Optional[KeyMask], S: Dim) -> bool:
+    """The conditions of :func:`can_block` for a query length known at run time only, with the pass
+    option prefill_loop=on (options.py: off by default).  The causal bias has S rows."""
+    return (
+        options.prefill_loop == "on" and not isinstance(S, int) and attrs.is_causal and attrs.qk_mode < 0
+        and mask is not None and mask.bias is not None and mask.nonpad_excluded is None
+    )
+
+
+def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
+                     mask: KeyMask, P: Dim, rank3: bool) -> Tensor:
+    """compute.py's grouped attention over blocks of ROWS query rows in a loop when the run-time
+    S >= LOOP_FROM, else over all of S: [B,H,S,Dv] in Q's type (``rank3``: the branches give
+    the [B,S,H*Dv] output's layout, so that no transpose follows the branch)."""
+    S, T = tb.size(q_BHSDh, 2), tb.size(k_BHkvTDh, 2)
+    sizes = (tb.size(q_BHSDh, 0), tb.size(q_BHSDh, 1), tb.size(v_BHkvTDv, 3))
+
+    def laid_out(inner: TorchBuilder, y_BHSDv: Tensor) -> Tensor:
+        return inner.transpose(y_BHSDv, 1, 2) if rank3 else y_BHSDv  # -> [B,S,H,Dv] for a 3-D output
+
+    def whole(inner: TorchBuilder) -> Tensor:
+        return laid_out(inner, grouped_attention(inner, attrs, q_BHSDh, k_BHkvTDh, v_BHkvTDv, mask)[0])
+
+    def in_blocks(inner: TorchBuilder) -> Tensor:
+        q_BHSpDh = padded_rows(inner, q_BHSDh, 2, S)  # [B,H,S,Dh] -> [B,H,S_pad,Dh]
+        bias_BHSpT = padded_rows(inner, mask.bias, 2, S)  # [B|1,H|1,S,T] -> [..,S_pad,T]
+        empty_BHSp1 = padded_rows(inner, mask.full_rows, 2, S)  # [B|1,H|1,S,1] -> [..,S_pad,1]
+
+        def block(it: TorchBuilder, start) -> Tensor:
+            keys = it.dim_min(T, it.dim_add(P, it.dim_add(start, ROWS)))  # [0, P + stop)
+            q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
+            k_BHkvKDh = it.slice(k_BHkvTDh, 2, 0, keys)  # [B,Hkv,T,Dh] -> [B,Hkv,K,Dh]
+            v_BHkvKDv = it.slice(v_BHkvTDv, 2, 0, keys)
+            bias = it.slice(it.slice_rows(bias_BHSpT, 2, start, ROWS), 3, 0, keys)  # -> [..,ROWS,K]
+            block_mask = KeyMask(bias, None, it.slice_rows(empty_BHSp1, 2, start, ROWS))  # -> [..,ROWS,1]
+            return laid_out(it, grouped_attention(it, attrs, q_BHSbDh, k_BHkvKDh, v_BHkvKDv, block_mask)[0])
+
+        return looped(inner, S, sizes, q_BHSDh.dtype, block, sequence_major=rank3)
+
+    B, H, _, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], None, v_BHkvTDv.shape[3]
+    shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
+    y = tb.if_else(tb.dim_le(LOOP_FROM, S), shape, q_BHSDh.dtype, in_blocks, whole)
+    return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]

@@ -79,7 +79,8 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
             attn_BHSbDh = attend(it, replace(step, S=ROWS), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K)
             return it.transpose(attn_BHSbDh, 1, 2)  # -> [B,ROWS,H,Dh]
 
-        return looped(inner, S, query_BHSDh, block)  # [B,S,H,Dh]
+        sizes = (inner.size(query_BHSDh, 0), inner.size(query_BHSDh, 1), inner.size(query_BHSDh, 3))
+        return looped(inner, S, sizes, query_BHSDh.dtype, block)  # [B,S,H,Dh]
 
     # Both branches give the output's [B,S,H,Dh] layout: the op's own transpose to it (outputs()) then
     # cancels the one below, and no dispatch follows the branch (each part of a step the branch splits
