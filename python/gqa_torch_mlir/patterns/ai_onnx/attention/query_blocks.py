@@ -35,6 +35,16 @@ def can_block(attrs: AttentionAttributes, mask: Optional[KeyMask], S: Dim, T: Di
     )
 
 
+def attend_block(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSbDh: Tensor, bias_BHSbT: Tensor, empty_BHSb1: Tensor,
+                 k_BHkvTDh: Tensor, v_BHkvTDv: Tensor, keys: Dim) -> Tensor:
+    """compute.py's attention for one block of query rows (its Q, bias rows and rows-without-keys mask),
+    on the keys [0, ``keys``) only: [B,H,Sb,Dv]."""
+    k_BHkvKDh = tb.slice(k_BHkvTDh, 2, 0, keys)  # [B,Hkv,T,Dh] -> [B,Hkv,K,Dh]
+    v_BHkvKDv = tb.slice(v_BHkvTDv, 2, 0, keys)
+    block_mask = KeyMask(tb.slice(bias_BHSbT, 3, 0, keys), None, empty_BHSb1)  # bias [..,Sb,T] -> [..,Sb,K]
+    return grouped_attention(tb, attrs, q_BHSbDh, k_BHkvKDh, v_BHkvKDv, block_mask)[0]
+
+
 def blocked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
                       mask: KeyMask, P: int, rank3: bool) -> Tensor:
     """compute.py's grouped attention per block of query rows; the blocks' [B,H,Sb,Dv] joined on S:
@@ -42,13 +52,11 @@ def blocked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     S, T = q_BHSDh.shape[2], k_BHkvTDh.shape[2]
     blocks = []
     for start, stop in row_blocks(S):
-        keys = min(T, P + stop)  # the keys [0, keys) are all the block can see
         q_BHSbDh = tb.slice(q_BHSDh, 2, start, stop)  # [B,H,S,Dh] -> [B,H,Sb,Dh]
-        k_BHkvKDh = tb.slice(k_BHkvTDh, 2, 0, keys)  # [B,Hkv,T,Dh] -> [B,Hkv,K,Dh]
-        v_BHkvKDv = tb.slice(v_BHkvTDv, 2, 0, keys)
-        bias = tb.slice(tb.slice(mask.bias, 2, start, stop), 3, 0, keys)  # [..,S,T] -> [..,Sb,T] -> [..,Sb,K]
-        block_mask = KeyMask(bias, None, tb.slice(mask.full_rows, 2, start, stop))  # [..,S,1] -> [..,Sb,1]
-        blocks.append(grouped_attention(tb, attrs, q_BHSbDh, k_BHkvKDh, v_BHkvKDv, block_mask)[0])
+        bias_BHSbT = tb.slice(mask.bias, 2, start, stop)  # [..,S,T] -> [..,Sb,T]
+        empty_BHSb1 = tb.slice(mask.full_rows, 2, start, stop)  # [..,S,1] -> [..,Sb,1]
+        keys = min(T, P + stop)  # the keys [0, keys) are all the block can see
+        blocks.append(attend_block(tb, attrs, q_BHSbDh, bias_BHSbT, empty_BHSb1, k_BHkvTDh, v_BHkvTDv, keys))
     return joined(tb, blocks, sequence_major=rank3)
 
 
@@ -81,17 +89,15 @@ def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tens
         empty_BHSp1 = padded_rows(inner, mask.full_rows, 2, S)  # [B|1,H|1,S,1] -> [..,S_pad,1]
 
         def block(it: TorchBuilder, start) -> Tensor:
-            keys = it.dim_min(T, it.dim_add(P, it.dim_add(start, ROWS)))  # [0, P + stop)
             q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
-            k_BHkvKDh = it.slice(k_BHkvTDh, 2, 0, keys)  # [B,Hkv,T,Dh] -> [B,Hkv,K,Dh]
-            v_BHkvKDv = it.slice(v_BHkvTDv, 2, 0, keys)
-            bias = it.slice(it.slice_rows(bias_BHSpT, 2, start, ROWS), 3, 0, keys)  # -> [..,ROWS,K]
-            block_mask = KeyMask(bias, None, it.slice_rows(empty_BHSp1, 2, start, ROWS))  # -> [..,ROWS,1]
-            return laid_out(it, grouped_attention(it, attrs, q_BHSbDh, k_BHkvKDh, v_BHkvKDv, block_mask)[0])
+            bias_BHSbT = it.slice_rows(bias_BHSpT, 2, start, ROWS)  # -> [..,ROWS,T]
+            empty_BHSb1 = it.slice_rows(empty_BHSp1, 2, start, ROWS)  # -> [..,ROWS,1]
+            keys = it.dim_min(T, it.dim_add(P, it.dim_add(start, ROWS)))  # [0, P + stop)
+            return laid_out(it, attend_block(it, attrs, q_BHSbDh, bias_BHSbT, empty_BHSb1, k_BHkvTDh, v_BHkvTDv, keys))
 
         return looped(inner, S, sizes, q_BHSDh.dtype, block, sequence_major=rank3)
 
-    B, H, _, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], None, v_BHkvTDv.shape[3]
+    B, H, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], v_BHkvTDv.shape[3]
     shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
     y = tb.if_else(tb.dim_le(LOOP_FROM, S), shape, q_BHSDh.dtype, in_blocks, whole)
     return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]

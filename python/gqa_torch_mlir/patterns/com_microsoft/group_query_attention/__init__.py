@@ -115,8 +115,8 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
         factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
-        def attend_block(tb_, block_step, q, k, v, visible, read):
-            return decomposed_attention(tb_, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
+        def attend_block(inner, block_step, q, k, v, visible, read):  # one block of query rows: query_blocks.py
+            return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
         if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
             return blocked_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
         if can_loop(b.options, attrs, step, bias):  # the same, S known at run time only: in a loop (query_blocks.py)

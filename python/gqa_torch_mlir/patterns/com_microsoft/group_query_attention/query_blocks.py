@@ -10,8 +10,7 @@ position-indexed cache (no window cache), no attention_bias, no output_qk.
 Static sizes give unrolled blocks; a query length known only at run time
 takes them in a loop from common/query_blocks.LOOP_FROM rows on (a branch:
 a decode step's single row is attended whole) with the pass option
-prefill_loop=on.  The blocks' attention is
-the decomposed form's.
+prefill_loop=on.  The blocks' attention is the decomposed form's.
 """
 
 from __future__ import annotations
@@ -40,19 +39,27 @@ def can_loop(options, attrs, step, bias) -> bool:
     )
 
 
+def attend_block(tb: TorchBuilder, attend, step, rows: int, q_BHSbDh, visible_BSbR, key_BHkvRDh, value_BHkvRDh, read_B1R,
+                 keys) -> Tensor:
+    """``attend`` over one block of ``rows`` query rows (its Q [B,H,Sb,Dh] and visible rows [B,Sb,R]),
+    on the keys [0, ``keys``) only: [B,H,Sb,Dh]."""
+    k_BHkvKDh = tb.slice(key_BHkvRDh, 2, 0, keys)  # [B,Hkv,R,Dh] -> [B,Hkv,K,Dh]
+    v_BHkvKDh = tb.slice(value_BHkvRDh, 2, 0, keys)
+    visible_BSbK = tb.slice(visible_BSbR, 2, 0, keys)  # [B,Sb,R] -> [B,Sb,K]
+    read_B1K = None if read_B1R is None else tb.slice(read_B1R, 2, 0, keys)  # [B,1,R] -> [B,1,K]
+    return attend(tb, replace(step, S=rows), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K)
+
+
 def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
     """``attend(tb, step, q, k, v, visible, read)`` per block of query rows; the blocks' [B,H,Sb,Dh] joined on S
     (returned as [B,H,S,Dh])."""
     S, R = step.S, key_BHkvRDh.shape[2]
     blocks = []
     for start, stop in row_blocks(S):
-        keys = R - S + stop  # the keys [0, keys) are all the block can see
         q_BHSbDh = tb.slice(query_BHSDh, 2, start, stop)  # [B,H,S,Dh] -> [B,H,Sb,Dh]
-        k_BHkvKDh = tb.slice(key_BHkvRDh, 2, 0, keys)  # [B,Hkv,R,Dh] -> [B,Hkv,K,Dh]
-        v_BHkvKDh = tb.slice(value_BHkvRDh, 2, 0, keys)
-        visible_BSbK = tb.slice(tb.slice(visible_BSR, 1, start, stop), 2, 0, keys)  # [B,S,R] -> [B,Sb,R] -> [B,Sb,K]
-        read_B1K = None if read_B1R is None else tb.slice(read_B1R, 2, 0, keys)  # [B,1,R] -> [B,1,K]
-        blocks.append(attend(tb, replace(step, S=stop - start), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K))
+        visible_BSbR = tb.slice(visible_BSR, 1, start, stop)  # [B,S,R] -> [B,Sb,R]
+        keys = R - S + stop  # the keys [0, keys) are all the block can see
+        blocks.append(attend_block(tb, attend, step, stop - start, q_BHSbDh, visible_BSbR, key_BHkvRDh, value_BHkvRDh, read_B1R, keys))
     return joined(tb, blocks)
 
 
@@ -70,13 +77,10 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
         visible_BSpR = padded_rows(inner, visible_BSR, 1, S)  # [B,S,R] -> [B,S_pad,R]
 
         def block(it: TorchBuilder, start) -> Tensor:
-            keys = it.dim_min(R, it.dim_add(it.dim_sub(R, S), it.dim_add(start, ROWS)))  # [0, R - S + stop)
             q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
-            k_BHkvKDh = it.slice(key_BHkvRDh, 2, 0, keys)  # [B,Hkv,R,Dh] -> [B,Hkv,K,Dh]
-            v_BHkvKDh = it.slice(value_BHkvRDh, 2, 0, keys)
-            visible_BSbK = it.slice(it.slice_rows(visible_BSpR, 1, start, ROWS), 2, 0, keys)  # -> [B,ROWS,K]
-            read_B1K = None if read_B1R is None else it.slice(read_B1R, 2, 0, keys)
-            attn_BHSbDh = attend(it, replace(step, S=ROWS), q_BHSbDh, k_BHkvKDh, v_BHkvKDh, visible_BSbK, read_B1K)
+            visible_BSbR = it.slice_rows(visible_BSpR, 1, start, ROWS)  # -> [B,ROWS,R]
+            keys = it.dim_min(R, it.dim_add(it.dim_sub(R, S), it.dim_add(start, ROWS)))  # [0, R - S + stop)
+            attn_BHSbDh = attend_block(it, attend, step, ROWS, q_BHSbDh, visible_BSbR, key_BHkvRDh, value_BHkvRDh, read_B1R, keys)
             return it.transpose(attn_BHSbDh, 1, 2)  # -> [B,ROWS,H,Dh]
 
         sizes = (inner.size(query_BHSDh, 0), inner.size(query_BHSDh, 1), inner.size(query_BHSDh, 3))
