@@ -62,7 +62,7 @@ def blocked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
 
 def can_loop(options, attrs: AttentionAttributes, mask: Optional[KeyMask], S: Dim) -> bool:
     """The conditions of :func:`can_block` for a query length known at run time only, with the pass
-    option prefill_loop=on (options.py: off by default).  The causal bias has S rows."""
+    option prefill_loop=on (options.py: off by default)."""
     return (
         options.prefill_loop == "on" and not isinstance(S, int) and attrs.is_causal and attrs.qk_mode < 0
         and mask is not None and mask.bias is not None and mask.nonpad_excluded is None
@@ -85,8 +85,10 @@ def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tens
 
     def in_blocks(inner: TorchBuilder) -> Tensor:
         q_BHSpDh = padded_rows(inner, q_BHSDh, 2, S)  # [B,H,S,Dh] -> [B,H,S_pad,Dh]
-        bias_BHSpT = padded_rows(inner, mask.bias, 2, S)  # [B|1,H|1,S,T] -> [..,S_pad,T]
-        empty_BHSp1 = padded_rows(inner, mask.full_rows, 2, S)  # [B|1,H|1,S,1] -> [..,S_pad,1]
+        # A bias may be shared by the rows ([..,1,T]: a causal mask that excludes nothing, one new key
+        # after a past): broadcast to S rows before they are padded and sliced.
+        bias_BHSpT = padded_rows(inner, inner.expand(mask.bias, [-1, -1, S, -1]), 2, S)  # [B|1,H|1,S|1,T] -> [..,S_pad,T]
+        empty_BHSp1 = padded_rows(inner, inner.expand(mask.full_rows, [-1, -1, S, -1]), 2, S)  # [..,S|1,1] -> [..,S_pad,1]
 
         def block(it: TorchBuilder, start) -> Tensor:
             q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
