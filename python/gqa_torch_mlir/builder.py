@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 # The torch dtype codes (c10::ScalarType) of the element types we emit.
 DTYPE_CODES = {"f16": 5, "f32": 6, "f64": 7, "bf16": 15, "si64": 4, "si32": 3, "si8": 1, "ui8": 0, "i1": 11}
@@ -242,14 +242,22 @@ class TorchBuilder:
         Each branch is a function given a builder that emits into its region
         and returning a Tensor of ``shape``/``dtype`` (refined types are cast).
         """
-        type_text = vtensor_type_text(shape, dtype)
+        (result,) = self.if_else_each(cond, [(shape, dtype)], lambda inner: [then_branch(inner)],
+                                      lambda inner: [else_branch(inner)])
+        return result
+
+    def if_else_each(self, cond, types: Sequence[Tuple[Sequence[Optional[int]], str]], then_branch, else_branch) -> List[Tensor]:
+        """:meth:`if_else` with several results, one (shape, dtype) each in ``types``: each branch
+        returns a list of Tensors (one branch for them all: each is a submission of its own on IREE)."""
+        type_texts = [vtensor_type_text(shape, dtype) for shape, dtype in types]
         if_op = self.ir.Operation.create(
-            "torch.prim.If", results=[self.types.get(type_text)], operands=[cond], regions=2, loc=self.loc, ip=self.ip
+            "torch.prim.If", results=[self.types.get(t) for t in type_texts], operands=[cond], regions=2, loc=self.loc, ip=self.ip
         )
         for region, branch in zip(if_op.regions, (then_branch, else_branch)):
             inner = TorchBuilder(self.ir, self.types, self.ir.InsertionPoint(region.blocks.append()), self.loc)
-            inner.op("torch.prim.If.yield", [inner.static_info_cast(branch(inner), type_text)], [])
-        return Tensor(if_op.results[0], tuple(shape), dtype)
+            yielded = [inner.static_info_cast(t, text) for t, text in zip(branch(inner), type_texts)]
+            inner.op("torch.prim.If.yield", yielded, [])
+        return [Tensor(r, tuple(shape), dtype) for r, (shape, dtype) in zip(if_op.results, types)]
 
     def loop(self, count: Dim, init: Tensor, body) -> Tensor:
         """``torch.prim.Loop`` for i in [0, count), carrying one tensor: ``body(inner, i, carried)``
@@ -637,6 +645,15 @@ class TorchBuilder:
         for i, d in enumerate(t.shape):
             if d is None and i in dims:
                 self.check_dim(t, i, dims[i], f"{what} dimension {i} must be {dims[i]}{why}")
+        (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
+        return Tensor(res, shape, t.dtype)
+
+    def known_static(self, t: Tensor, dims: dict) -> Tensor:
+        """``t`` with dynamic dims ``{index: size}`` typed static, unchecked: for a branch taken only
+        when those sizes hold (``if_else`` on them)."""
+        shape = tuple(dims.get(i, d) if d is None else d for i, d in enumerate(t.shape))
+        if shape == t.shape:
+            return t
         (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
         return Tensor(res, shape, t.dtype)
 

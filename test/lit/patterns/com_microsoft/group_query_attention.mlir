@@ -18,11 +18,11 @@
 // CHECK:         %[[ZEROS_K:.+]] = torch.aten.constant_pad_nd %[[EMPTY_K]], {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
 // CHECK:         %[[ROWS_K:.+]] = torch.prim.ListConstruct %arg3, %[[ZEROS_K]]
 // CHECK:         %[[GROWN_K:.+]] = torch.aten.cat %[[ROWS_K]], %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
+// CHECK:         %[[GROWN_V:.+]] = torch.aten.cat %{{.+}}, %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
 // CHECK:         %[[NEW_ROW:.+]] = torch.aten.unsqueeze %{{.+}}, %int3 : !torch.vtensor<[2,1,8],i1>, !torch.int -> !torch.vtensor<[2,1,8,1],i1>
 // CHECK:         %[[TOKEN:.+]] = torch.aten.clamp %{{.+}}, %int0, %int2 : !torch.vtensor<[2,8],si64>, !torch.int, !torch.int -> !torch.vtensor<[2,8],si64>
 // CHECK:         %[[NEW_K:.+]] = torch.aten.gather %[[K_BHSD]], %int2, %{{.+}}, %false : !torch.vtensor<[2,2,3,16],f32>, !torch.int, !torch.vtensor<[2,2,8,16],si64>, !torch.bool -> !torch.vtensor<[2,2,8,16],f32>
 // CHECK:         %[[PRESENT_K:.+]] = torch.aten.where.self %[[NEW_ROW]], %[[NEW_K]], %[[GROWN_K]] : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
-// CHECK:         %[[GROWN_V:.+]] = torch.aten.cat %{{.+}}, %int2 : {{.+}} -> !torch.vtensor<[2,2,8,16],f32>
 // CHECK:         %[[NEW_V:.+]] = torch.aten.gather %[[V_BHSD]], %int2,
 // CHECK:         %[[PRESENT_V:.+]] = torch.aten.where.self %{{.+}}, %[[NEW_V]], %[[GROWN_V]]
 // CHECK-NOT:     torch.aten.scatter.src
@@ -182,7 +182,9 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // read from total_sequence_length at run time (S for a growing cache, 0 for a
 // fixed-capacity buffer). Such a cache may be a fixed-capacity buffer, so
 // attention reads its rows [0, R), R = clamp(max(seqlens_k) + 1, 1, T): the
-// rows onnxruntime reads, whatever the capacity; R feeds the mask.
+// rows onnxruntime reads, whatever the capacity; R feeds the mask. A growth
+// known only at run time branches once for both caches: none, and the pasts
+// are present (a shared buffer written in place); else both are padded.
 // Each input's batch and sequence dims, past_value's rows and seqlens_k's
 // entries are checked at run time against the query's (and past_key's), as
 // onnxruntime checks them on every call: torch-mlir's broadcasts and casts
@@ -209,9 +211,16 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[AT_MOST_S:.+]] = torch.prim.min.int %[[EXTRA]], %[[S]]
 // CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[AT_MOST_S]], %int0
 // CHECK:         %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
-// CHECK:         %[[PADS:.+]] = torch.prim.ListConstruct %int0, %int0, %int0, %[[GROWTH]]
-// CHECK:         %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
-// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[PAD_K]], %int2, %[[INDEX]]
+// CHECK:         %[[NO_GROWTH:.+]] = torch.aten.eq.int %[[GROWTH]], %int0
+// CHECK:         %[[GROWN:.+]]:2 = torch.prim.If %[[NO_GROWTH]] -> (!torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
+// CHECK-NEXT:      torch.prim.If.yield %arg3, %arg4
+// CHECK-NEXT:    } else {
+// CHECK:           %[[PADS:.+]] = torch.prim.ListConstruct %int0{{.*}}, %int0{{.*}}, %int0{{.*}}, %[[GROWTH]]
+// CHECK:           %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:           %[[PAD_V:.+]] = torch.aten.constant_pad_nd %arg4, {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:           torch.prim.If.yield %[[PAD_K]], %[[PAD_V]]
+// CHECK:         }
+// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN]]#0, %int2, %[[INDEX]]
 // CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
 // CHECK:         %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si32> -> !torch.int
 // CHECK:         %[[ROWS:.+]] = torch.prim.max.int %{{.+}}, %int1

@@ -30,12 +30,14 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1:  # a growing cache's prompt or chunk
         present_key_BHkvTDc, present_value_BHkvTDc = one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
     elif b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
-        present_key_BHkvTDc = select_rows(tb, grown(tb, past_key, growth), key_BHkvSDc, step.past_len_B)
-        present_value_BHkvTDc = select_rows(tb, grown(tb, past_value, growth), value_BHkvSDc, step.past_len_B)
+        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)
+        present_key_BHkvTDc = select_rows(tb, grown_key, key_BHkvSDc, step.past_len_B)
+        present_value_BHkvTDc = select_rows(tb, grown_value, value_BHkvSDc, step.past_len_B)
     else:
         index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-        present_key_BHkvTDc = write_cache(tb, past_key, key_BHkvSDc, index_BHkvSDc, growth)
-        present_value_BHkvTDc = write_cache(tb, past_value, value_BHkvSDc, index_BHkvSDc, growth)
+        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)
+        present_key_BHkvTDc = tb.scatter_src(grown_key, 2, index_BHkvSDc, key_BHkvSDc)  # rows position[b,s] <- new
+        present_value_BHkvTDc = tb.scatter_src(grown_value, 2, index_BHkvSDc, value_BHkvSDc)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
     may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
     if may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu":
@@ -84,8 +86,8 @@ def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_B
 
 def _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start: Dim, end: Dim):
     """(present_key, present_value): each cache grown by ``growth`` rows, rows [start, end) <- the new ones."""
-    present_key = tb.slice_scatter(grown(tb, past_key, growth), key_BHkvSDc, 2, start, end)  # [B,Hkv,T,Dc]
-    return present_key, tb.slice_scatter(grown(tb, past_value, growth), value_BHkvSDc, 2, start, end)
+    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
+    return tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
 
 
 def _first_new_row(tb: TorchBuilder, step: Step, T: Dim) -> Tensor:
@@ -161,15 +163,6 @@ def cache_index(tb: TorchBuilder, position_BS: Tensor, Hkv: int, Dc: int) -> Ten
     return tb.expand(index_B1S1, [-1, Hkv, -1, Dc])  # -> [B,Hkv,S,Dc]
 
 
-def write_cache(tb: TorchBuilder, past_BHkvPDh: Tensor, new_BHkvSDh: Tensor, index_BHkvSDh: Tensor, growth: Dim) -> Tensor:
-    """Grow the cache by ``growth`` zero rows, then write new token s of row b at position[b,s].
-
-    Rows before ``past_len[b]`` keep the past; rows after the new ones are
-    unspecified, as in onnxruntime.
-    """
-    return tb.scatter_src(grown(tb, past_BHkvPDh, growth), 2, index_BHkvSDh, new_BHkvSDh)  # rows position[b,s] <- new
-
-
 def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     """The cache with ``growth`` zero rows after the past's: [B,Hkv,P,Dh] -> [B,Hkv,T,Dh]."""
     if growth == 0:
@@ -177,6 +170,19 @@ def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     if isinstance(growth, int) and None not in past_BHkvPDh.shape and past_BHkvPDh.shape[2] > 0:
         return grow_rows(tb, past_BHkvPDh, growth)
     return tb.pad_dim_end(past_BHkvPDh, 2, growth)  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
+
+
+def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim):
+    """Both caches :func:`grown`.  A run-time ``growth`` (present's rows declared dynamic, as the
+    exporters declare them) takes one branch on growth == 0, where the pasts themselves are
+    present (a fixed-capacity buffer, then written in place), else both padded (new buffers).
+    Padded always, IREE copied both caches whole every step: 2 x 0.4 ms of a 2.9 ms shared step
+    at past 1023 (benchmarks/README.md, "CPU, round 7").  [B,Hkv,P,Dc] -> [B,Hkv,P+growth,Dc]"""
+    if isinstance(growth, int):
+        return grown(tb, past_key, growth), grown(tb, past_value, growth)
+    types = [(p.shape[:2] + (None,) + p.shape[3:], p.dtype) for p in (past_key, past_value)]
+    return tb.if_else_each(tb.dim_eq(growth, 0), types, lambda inner: [past_key, past_value],
+                           lambda inner: [inner.pad_dim_end(p, 2, growth) for p in (past_key, past_value)])
 
 
 def select_rows(tb: TorchBuilder, cache_BHkvTDh: Tensor, new_BHkvSDh: Tensor, past_len_B: Tensor) -> Tensor:
