@@ -8,6 +8,7 @@ one P.V matmul each, and a one-row decode reads back one length, not two.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gqa_torch_mlir import InferenceSession, compile
@@ -91,3 +92,36 @@ def test_prefill_loop_matches_onnxruntime(backend):
         got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
         problems = compare(cfg, got, run_onnxruntime(make_model(cfg), feeds), feeds)
         assert not problems, f"S={seq} past={past} batch={batch} on {backend}:\n" + "\n".join(problems)
+
+
+# A query length known at run time only, decoding: the one row with static shapes (a branch on
+# S == 1; IREE's CPU matmuls with the query rows dynamic ran at a third of the speed), and a
+# fixed-capacity buffer whose present rows are declared dynamic written in place (a branch on
+# growth == 0; padded always, IREE copied both caches whole every step). One dynamic model fed
+# its presents back, step after step, with a chunk of three rows and a fresh batch in between;
+# every result kept alive, as a generation loop keeps them.
+SHARED_COMMON = dict(num_heads=8, kv_num_heads=2, head_size=16, rotary=True, rotary_cache_len=64, dynamic=True,
+                     past=40, fixed_capacity=True)
+SHARED_STEPS = [(1, (9, 3)), (1, (10, 4)), (1, (11, 5)), (3, (20,)), (1, (30, 0)), (1, (31, 1))]
+
+
+def test_dynamic_decode_static_row_in_place_buffer():
+    model = make_model(C(batch=2, seq=1, past_lens=(9, 3), **SHARED_COMMON))
+    torch_ir = str(compile(model, "torch"))
+    assert "!torch.vtensor<[?,2,4,?],f32>" in torch_ir  # one row's grouped scores: [B,Hkv,G*1,R]
+    session = InferenceSession(model, backend="iree-cpu", threads=2, share_buffers=True)
+    kept, ours, theirs = [], None, None
+    for seq, past_lens in SHARED_STEPS:
+        cfg = C(batch=len(past_lens), seq=seq, past_lens=past_lens, **SHARED_COMMON)
+        feeds = make_inputs(cfg, seed=seq + sum(past_lens))
+        decoding = ours is not None and seq == 1 and ours[0].shape[0] == len(past_lens) and past_lens[0] == prev[0] + 1
+        ours_feeds = dict(feeds, past_key=ours[0], past_value=ours[1]) if decoding else feeds
+        theirs_feeds = dict(feeds, past_key=theirs[0], past_value=theirs[1]) if decoding else feeds
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, ours_feeds)))
+        want = run_onnxruntime(model, theirs_feeds)
+        problems = compare(cfg, got, want, theirs_feeds)
+        assert not problems, f"S={seq} past_lens={past_lens}:\n" + "\n".join(problems)
+        if decoding:  # the buffers fed back came back, written in place
+            assert np.shares_memory(got["present_key"], ours[0]) and np.shares_memory(got["present_value"], ours[1])
+        kept.append(got)
+        ours, theirs, prev = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"]), past_lens

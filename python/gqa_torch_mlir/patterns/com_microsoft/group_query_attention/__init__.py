@@ -55,7 +55,7 @@ from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
 from .kv_cache import kv_cache_step
 from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
-from .query_blocks import blocked_attention, can_block, can_loop, looped_attention
+from .query_blocks import blocked_attention, can_block, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
 from .positions import rotary_tables, step_positions
 from .quantized_cache import CacheCodec
 from .shapes import unify_dims
@@ -114,20 +114,33 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
-        def attend_block(inner, block_step, q, k, v, visible, read):  # one block of query rows: query_blocks.py
-            return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
-        if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill: query_blocks.py
-            return blocked_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
-        if can_loop(b.options, attrs, step, bias):  # the same, S known at run time only: in a loop (query_blocks.py)
-            return looped_attention(tb, attend_block, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, values_read_B1R), None
-        return decomposed_attention(
-            tb, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R, factors,
-        )
+        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
     if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
     return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
+
+
+def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R):
+    """attention.py's decomposed form by query length (query_blocks.py): a long causal prefill in
+    blocks (unrolled for a static S, in a loop for a run-time S with prefill_loop=on), a run-time
+    S's decode row with static shapes; (attention [B,H,S,Dh], output_qk [B,H,S,Tt] or None)."""
+    factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
+    rows = (query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R)
+
+    def attend_block(inner, block_step, q, k, v, visible, read):  # some of the query rows (no bias, no output_qk)
+        return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
+
+    def whole(inner):  # all S query rows
+        if can_loop(b.options, attrs, step, bias):  # a run-time S: in a loop of blocks from LOOP_FROM rows on
+            return looped_attention(inner, attend_block, step, *rows), None
+        return decomposed_attention(inner, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, factors)
+
+    if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static
+        return blocked_attention(tb, attend_block, step, *rows), None
+    if can_take_one_row_apart(b.options, attrs, step, bias):  # a run-time S: S == 1 apart
+        return one_row_apart(tb, attend_block, step, *rows, rest=lambda inner: whole(inner)[0]), None
+    return whole(tb)
 
 
 def outputs(tb, b, attn_BHSDh, cache: CacheStep, qk_BHSTt) -> List:

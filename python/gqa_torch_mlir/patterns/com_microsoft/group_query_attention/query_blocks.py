@@ -92,3 +92,33 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
     B, _, H, Dh = query_BHSDh.shape
     attn_BSHDh = tb.if_else(tb.dim_le(LOOP_FROM, S), (B, None, H, Dh), query_BHSDh.dtype, in_blocks, whole)
     return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
+
+
+
+def can_take_one_row_apart(options, attrs, step, bias) -> bool:
+    """A query length known only at run time on the CPU, nothing else with S rows (attention_bias,
+    output_qk): a decode step's one row gets the static-shape attention (:func:`one_row_apart`)."""
+    return options.device == "cpu" and not isinstance(step.S, int) and bias is None and not attrs.qk_output
+
+
+def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R,
+                  rest) -> Tensor:
+    """A run-time query length: ``attend`` with S = 1 static behind a branch on S == 1 (a decode
+    step), ``rest(inner)`` -> [B,H,S,Dh] for every other S; [B,H,S,Dh].
+
+    IREE 3.13's CPU matmuls with the query rows dynamic ran a decode step's Q.K^T and P.V at a
+    third of the static ones' speed (benchmarks/README.md, "CPU, round 7").
+    """
+    def one_row(inner: TorchBuilder) -> Tensor:
+        q_BH1Dh = inner.known_static(query_BHSDh, {2: 1})  # [B,H,S,Dh] -> [B,H,1,Dh]
+        visible_B1R = inner.known_static(visible_BSR, {1: 1})  # [B,S,R] -> [B,1,R]
+        attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, key_BHkvRDh, value_BHkvRDh, visible_B1R, read_B1R)
+        return inner.transpose(attn_BH1Dh, 1, 2)  # -> [B,1,H,Dh]
+
+    def other_lengths(inner: TorchBuilder) -> Tensor:
+        return inner.transpose(rest(inner), 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
+
+    # As looped_attention's branches: the output's [B,S,H,Dh] layout, no dispatch after the branch.
+    B, H, _, Dh = query_BHSDh.shape
+    attn_BSHDh = tb.if_else(tb.dim_eq(step.S, 1), (B, None, H, Dh), query_BHSDh.dtype, one_row, other_lengths)
+    return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
