@@ -26,7 +26,7 @@ from ....registry import Refusal, onnx_op
 from .compute import grouped_attention, sdpa_attention
 from .inputs import AttentionInputs, read_inputs
 from .masks import key_mask
-from .query_blocks import blocked_attention, can_block, can_loop, looped_attention
+from .query_blocks import blocked_attention, can_block, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
 from .support import OUTPUTS, read_attributes, runs_function_body
 
 
@@ -55,11 +55,21 @@ def lower_attention(b: OpBinder, tb: TorchBuilder, opset: int) -> List:
         y_BHSDv, qk_BHST = sdpa_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask), None
     elif can_block(attrs, mask, tb.size(ins.query_BHSDh, 2), tb.size(key_BHkvTDh, 2), P):  # query_blocks.py
         y_BHSDv, qk_BHST = blocked_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
-    elif can_loop(b.options, attrs, mask, tb.size(ins.query_BHSDh, 2)):  # the same in a loop: query_blocks.py
-        y_BHSDv, qk_BHST = looped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
+    elif can_take_one_row_apart(b.options, attrs, tb.size(ins.query_BHSDh, 2)):  # a run-time S: S == 1 apart
+        y_BHSDv = one_row_apart(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, ins.rank3,
+                                lambda inner: whole(inner, b, attrs, ins, key_BHkvTDh, value_BHkvTDv, mask, P)[0])
+        qk_BHST = None
     else:
-        y_BHSDv, qk_BHST = grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
+        y_BHSDv, qk_BHST = whole(tb, b, attrs, ins, key_BHkvTDh, value_BHkvTDv, mask, P)
     return outputs(tb, b, ins, y_BHSDv, key_BHkvTDh, value_BHkvTDv, qk_BHST)
+
+
+def whole(tb: TorchBuilder, b: OpBinder, attrs, ins: AttentionInputs, key_BHkvTDh, value_BHkvTDv, mask, P):
+    """All S query rows: in a loop of blocks for a run-time S with prefill_loop=on (query_blocks.py),
+    else at once; (Y [B,H,S,Dv], qk_matmul_output or None)."""
+    if can_loop(b.options, attrs, mask, tb.size(ins.query_BHSDh, 2)):
+        return looped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
+    return grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
 
 
 def with_past(tb: TorchBuilder, ins: AttentionInputs):

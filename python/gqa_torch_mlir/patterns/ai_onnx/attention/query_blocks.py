@@ -103,3 +103,34 @@ def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tens
     shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
     y = tb.if_else(tb.dim_le(LOOP_FROM, S), shape, q_BHSDh.dtype, in_blocks, whole)
     return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]
+
+
+def can_take_one_row_apart(options, attrs: AttentionAttributes, S: Dim) -> bool:
+    """A query length known only at run time on the CPU, no qk_matmul_output: a decode step's
+    one row gets the static-shape attention (:func:`one_row_apart`)."""
+    return options.device == "cpu" and not isinstance(S, int) and attrs.qk_mode < 0
+
+
+def one_row_apart(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
+                  mask: Optional[KeyMask], rank3: bool, rest) -> Tensor:
+    """A run-time query length: compute.py's attention with S = 1 static behind a branch on S == 1
+    (a decode step), ``rest(inner)`` -> [B,H,S,Dv] for every other S; [B,H,S,Dv] in Q's type.
+
+    The mask's rows are 1 or S (masks.checked_mask checks a dynamic one is S), so 1 in the branch.
+    As for GroupQueryAttention (its query_blocks.py): IREE's CPU matmuls with the query rows
+    dynamic ran a decode step's at a fraction of the static speed.
+    """
+    def laid_out(inner: TorchBuilder, y_BHSDv: Tensor) -> Tensor:
+        return inner.transpose(y_BHSDv, 1, 2) if rank3 else y_BHSDv  # -> [B,S,H,Dv] for a 3-D output
+
+    def one_row(inner: TorchBuilder) -> Tensor:
+        q_BH1Dh = inner.known_static(q_BHSDh, {2: 1})  # [B,H,S,Dh] -> [B,H,1,Dh]
+        row_mask = None if mask is None else KeyMask(
+            None if mask.bias is None else inner.known_static(mask.bias, {2: 1}),  # [..,S|1,T] -> [..,1,T]
+            mask.nonpad_excluded, inner.known_static(mask.full_rows, {2: 1}))  # [..,S|1,1] -> [..,1,1]
+        return laid_out(inner, grouped_attention(inner, attrs, q_BH1Dh, k_BHkvTDh, v_BHkvTDv, row_mask)[0])
+
+    B, H, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], v_BHkvTDv.shape[3]
+    shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
+    y = tb.if_else(tb.dim_eq(tb.size(q_BHSDh, 2), 1), shape, q_BHSDh.dtype, one_row, lambda inner: laid_out(inner, rest(inner)))
+    return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]
