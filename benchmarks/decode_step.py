@@ -18,6 +18,8 @@ Two cache modes, each against onnxruntime in the same mode:
              ours: ``share_buffers=True`` with the outputs fed back).
 ``shared@4096`` the same with a 4096-row buffer holding P valid rows (a
              buffer of max_length rows early in a generation).
+``shared dyn.`` ``shared`` from a model whose batch, sequence and cache lengths
+             are dynamic, as the builder's and exporters' models declare them.
 
 Rows:
   ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
@@ -85,6 +87,7 @@ def configs(past: int) -> Dict[str, GQAConfig]:
     }
     if past + 1 < CAPACITY:
         modes[f"shared@{CAPACITY}"] = GQAConfig(past=CAPACITY, past_lens=(past,), fixed_capacity=True, **HEADS)
+    modes["shared dyn."] = GQAConfig(past=past + 1, past_lens=(past,), fixed_capacity=True, dynamic=True, **HEADS)
     return modes
 
 
@@ -252,7 +255,7 @@ def read_bandwidth(threads: int, mib: int = 512) -> float:
 
 
 def vmfb_name(mode: str, past: int) -> str:
-    return f"{mode.replace('@', '-at-')}-p{past}.vmfb"
+    return f"{mode.replace('@', '-at-').replace(' ', '-').rstrip('.')}-p{past}.vmfb"
 
 
 def compile_for_cpus(directory: str, models: Dict[str, onnx.ModelProto], cpus) -> None:
@@ -314,10 +317,10 @@ def report(past: int, threads: int, runners: Dict[str, Runner], medians: Dict[st
         mode = key.split("/")[0]
         base = medians[f"{mode}/onnxruntime"]
         diff = float(np.max(np.abs(np.asarray(r.output, np.float32) - np.asarray(runners[f"{mode}/onnxruntime"].output))))
-        line = (f"  {key:22s} {1e3 * medians[key]:8.3f} ms  {medians[key] / base:5.2f}x onnxruntime  "
+        line = (f"  {key:24s} {1e3 * medians[key]:8.3f} ms  {medians[key] / base:5.2f}x onnxruntime  "
                 f"{medians[key] / bound:5.1f}x bound  max|diff| {diff:.1e}")
         if r.uploaded is not None:  # written: None where the step was compiled elsewhere (--from)
-            line += f"\n  {'':22s} writes per step: {r.written or 'not read (no compiler here)'}; uploads {_mib(r.uploaded)}"
+            line += f"\n  {'':24s} writes per step: {r.written or 'not read (no compiler here)'}; uploads {_mib(r.uploaded)}"
         print(line)
 
 
