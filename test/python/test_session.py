@@ -328,9 +328,9 @@ TORCH_CHECKS = f"""
     TORCH:       torch.aten.index.Tensor %arg8, {{{{.+}}}} -> !torch.vtensor<[2,1,8],f32>
     TORCH:       torch.aten.slice.Tensor %arg3, {{{{.+}}}} -> !torch.vtensor<[2,2,0,16],f32>
     TORCH:       torch.aten.cat {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
-    TORCH:       %[[PK:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       torch.aten.slice.Tensor %arg4, {{{{.+}}}} -> !torch.vtensor<[2,2,0,16],f32>
     TORCH:       torch.aten.cat {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
+    TORCH:       %[[PK:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[PV:.+]] = torch.aten.scatter.src {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[READ_K:.+]] = torch.aten.where.ScalarOther %{{{{[^,]+}}}}, %[[PK]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
     TORCH:       %[[READ_V:.+]] = torch.aten.where.ScalarOther %{{{{[^,]+}}}}, %[[PV]], {{{{.+}}}} -> !torch.vtensor<[2,2,8,16],f32>
