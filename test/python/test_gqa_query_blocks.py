@@ -95,20 +95,22 @@ def test_prefill_loop_matches_onnxruntime(backend):
 
 
 # A query length known at run time only, decoding: the one row with static shapes (a branch on
-# S == 1; IREE's CPU matmuls with the query rows dynamic ran at a third of the speed), and a
+# S == 1, and on B == 1 inside it; IREE's CPU matmuls with the query rows dynamic ran at a third
+# of the speed, and it kept K's transpose apart with the batch dynamic), and a
 # fixed-capacity buffer whose present rows are declared dynamic written in place (a branch on
 # growth == 0; padded always, IREE copied both caches whole every step). One dynamic model fed
 # its presents back, step after step, with a chunk of three rows and a fresh batch in between;
 # every result kept alive, as a generation loop keeps them.
 SHARED_COMMON = dict(num_heads=8, kv_num_heads=2, head_size=16, rotary=True, rotary_cache_len=64, dynamic=True,
                      past=40, fixed_capacity=True)
-SHARED_STEPS = [(1, (9, 3)), (1, (10, 4)), (1, (11, 5)), (3, (20,)), (1, (30, 0)), (1, (31, 1))]
+SHARED_STEPS = [(1, (9, 3)), (1, (10, 4)), (1, (11, 5)), (3, (20,)), (1, (21,)), (1, (22,)), (1, (30, 0)), (1, (31, 1))]
 
 
 def test_dynamic_decode_static_row_in_place_buffer():
     model = make_model(C(batch=2, seq=1, past_lens=(9, 3), **SHARED_COMMON))
     torch_ir = str(compile(model, "torch"))
     assert "!torch.vtensor<[?,2,4,?],f32>" in torch_ir  # one row's grouped scores: [B,Hkv,G*1,R]
+    assert "!torch.vtensor<[1,2,4,?],f32>" in torch_ir  # and a batch of one's: [1,Hkv,G*1,R]
     session = InferenceSession(model, backend="iree-cpu", threads=2, share_buffers=True)
     kept, ours, theirs, prev = [], None, None, None
     for seq, past_lens in SHARED_STEPS:

@@ -114,14 +114,17 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
+        reads_all = cache.read_to_last_row and not attrs.window_cache  # with one batch row: query_blocks.one_row_apart
+        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R,
+                          reads_all)
     if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
     return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
 
 
-def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R):
+def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R,
+               one_row_reads_all=False):
     """attention.py's decomposed form by query length (query_blocks.py): a long causal prefill in
     blocks (unrolled for a static S, in a loop for a run-time S with prefill_loop=on), a run-time
     S's decode row with static shapes; (attention [B,H,S,Dh], output_qk [B,H,S,Tt] or None)."""
@@ -139,7 +142,7 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
     if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static
         return blocked_attention(tb, attend_block, step, *rows), None
     if can_take_one_row_apart(b.options, attrs, step, bias):  # a run-time S: S == 1 apart
-        return one_row_apart(tb, attend_block, step, *rows, rest=lambda inner: whole(inner)[0]), None
+        return one_row_apart(tb, attend_block, step, *rows, rest=lambda inner: whole(inner)[0], one_row_reads_all=one_row_reads_all), None
     return whole(tb)
 
 

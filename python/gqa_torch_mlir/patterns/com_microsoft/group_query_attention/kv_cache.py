@@ -40,12 +40,14 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         present_value_BHkvTDc = tb.scatter_src(grown_value, 2, index_BHkvSDc, value_BHkvSDc)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
     may_be_fixed = not (isinstance(growth, int) and growth > 0)  # a growing cache reads all rows
-    if may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu":
+    sliced = may_be_fixed and ins.attention_bias is None and not attrs.qk_output and b.options.device == "cpu"
+    if sliced:
         rows = used_rows(tb, step, tb.size(present_key_BHkvTDc, 2))
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
-    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R,
+                     read_to_last_row=sliced)
 
 
 def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
@@ -71,7 +73,7 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
-    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True)
+    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, read_to_last_row=True)
 
 
 def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc):
