@@ -157,17 +157,19 @@ def test_dynamic_batch_and_lengths(backend):
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_dynamic_decode_row_apart_matches_onnxruntime(backend):
     """A run-time query length: a decode step's one row takes the static-shape attention (a branch
-    on S == 1: IREE's CPU matmuls with the query rows dynamic ran at a fraction of the speed),
-    other lengths the whole; one model fed both in turn."""
+    on S == 1: IREE's CPU matmuls with the query rows dynamic ran at a fraction of the speed;
+    and on B == 1 inside it), other lengths the whole; one model fed all in turn."""
     probe = C(B=3, S=6, L=6, P=5, present=True, is_causal=True, rank3=True, mask=M("bool", "B1ST"), H=8, Hkv=2, Dh=16)
     model = _dynamic(make_model(probe), {3: "batch", 6: "seq", 5: "past", 11: "total"})
-    assert "!torch.vtensor<[?,2,4,?],f32>" in str(compile(model, "torch"))  # one row's grouped scores [B,Hkv,G*1,T]
+    torch_ir = str(compile(model, "torch"))
+    assert "!torch.vtensor<[?,2,4,?],f32>" in torch_ir  # one row's grouped scores [B,Hkv,G*1,T]
+    assert "!torch.vtensor<[1,2,4,?],f32>" in torch_ir  # a batch of one's
     session = InferenceSession(model, backend=backend)
-    for S, P in [(1, 5), (6, 5), (1, 9)]:
-        cfg = dataclasses.replace(probe, S=S, L=S, P=P)
+    for B, S, P in [(3, 1, 5), (1, 1, 5), (3, 6, 5), (1, 1, 9), (1, 6, 2)]:
+        cfg = dataclasses.replace(probe, B=B, S=S, L=S, P=P)
         feeds = make_inputs(cfg, S + P)
         for have, (name, want) in zip(session.run(None, feeds), run_onnxruntime(model, feeds).items()):
-            np.testing.assert_allclose(have, want, rtol=0, atol=1e-4, err_msg=f"{name} S={S} P={P}")
+            np.testing.assert_allclose(have, want, rtol=0, atol=1e-4, err_msg=f"{name} B={B} S={S} P={P}")
 
 
 # A query length known at run time only with prefill_loop=on: blocks of 64 rows in a loop from 128

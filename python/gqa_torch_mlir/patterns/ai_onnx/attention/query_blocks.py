@@ -118,19 +118,31 @@ def one_row_apart(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor,
 
     The mask's rows are 1 or S (masks.checked_mask checks a dynamic one is S), so 1 in the branch.
     As for GroupQueryAttention (its query_blocks.py): IREE's CPU matmuls with the query rows
-    dynamic ran a decode step's at a fraction of the static speed.
+    dynamic ran a decode step's at a fraction of the static speed, and with the batch dynamic it
+    kept K's transpose as a dispatch of its own: a run-time batch size branches once more, on
+    B == 1 (the mask's batch dim is likewise 1 or B).
     """
     def laid_out(inner: TorchBuilder, y_BHSDv: Tensor) -> Tensor:
         return inner.transpose(y_BHSDv, 1, 2) if rank3 else y_BHSDv  # -> [B,S,H,Dv] for a 3-D output
 
-    def one_row(inner: TorchBuilder) -> Tensor:
-        q_BH1Dh = inner.known_static(q_BHSDh, {2: 1})  # [B,H,S,Dh] -> [B,H,1,Dh]
+    def one_row(inner: TorchBuilder, batch: dict) -> Tensor:  # batch: {0: 1} for a batch of one, or {}
+        q_BH1Dh = inner.known_static(q_BHSDh, {2: 1, **batch})  # [B,H,S,Dh] -> [B|1,H,1,Dh]
+        k, v = inner.known_static(k_BHkvTDh, batch), inner.known_static(v_BHkvTDv, batch)
         row_mask = None if mask is None else KeyMask(
-            None if mask.bias is None else inner.known_static(mask.bias, {2: 1}),  # [..,S|1,T] -> [..,1,T]
-            mask.nonpad_excluded, inner.known_static(mask.full_rows, {2: 1}))  # [..,S|1,1] -> [..,1,1]
-        return laid_out(inner, grouped_attention(inner, attrs, q_BH1Dh, k_BHkvTDh, v_BHkvTDv, row_mask)[0])
+            None if mask.bias is None else inner.known_static(mask.bias, {2: 1, **batch}),  # [B|1,..,S|1,T] -> [..,1,T]
+            None if mask.nonpad_excluded is None else inner.known_static(mask.nonpad_excluded, batch),
+            inner.known_static(mask.full_rows, {2: 1, **batch}))  # [B|1,..,S|1,1] -> [..,1,1]
+        return laid_out(inner, grouped_attention(inner, attrs, q_BH1Dh, k, v, row_mask)[0])
 
     B, H, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], v_BHkvTDv.shape[3]
     shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
-    y = tb.if_else(tb.dim_eq(tb.size(q_BHSDh, 2), 1), shape, q_BHSDh.dtype, one_row, lambda inner: laid_out(inner, rest(inner)))
+    row_shape = (None, 1, H, Dv) if rank3 else (None, H, 1, Dv)
+    if B is None:
+        def decode(inner: TorchBuilder) -> Tensor:
+            return inner.if_else(inner.dim_eq(inner.size(q_BHSDh, 0), 1), row_shape, q_BHSDh.dtype,
+                                 lambda one: one_row(one, {0: 1}), lambda any_b: one_row(any_b, {}))
+    else:
+        def decode(inner: TorchBuilder) -> Tensor:
+            return one_row(inner, {})
+    y = tb.if_else(tb.dim_eq(tb.size(q_BHSDh, 2), 1), shape, q_BHSDh.dtype, decode, lambda inner: laid_out(inner, rest(inner)))
     return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]
