@@ -32,10 +32,10 @@ class LoweringOptions:
     device: str = "cpu"
     # A causal prefill (GroupQueryAttention, Attention) whose query length is known only
     # at run time (the exporters' dynamic axes), attended in blocks of 64 query rows in a
-    # loop when it has 128 rows or more (on), or whole (off).  Off by default: the
-    # branch it adds costs a decode step on IREE's multi-threaded runtime
-    # (benchmarks/README.md, "CPU, round 6").
-    prefill_loop: str = "off"
+    # loop when it has 128 rows or more (on), or whole (off).  On by default since a
+    # decode step no longer passes its branch (it takes the one-row branch first:
+    # benchmarks/README.md, "CPU, round 7"); off saves compile time (a third more per node).
+    prefill_loop: str = "on"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_FORMS:

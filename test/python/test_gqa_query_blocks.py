@@ -84,7 +84,8 @@ LOOP_STEPS = [(1, 0, 1), (5, 0, 1), (127, 0, 1), (128, 0, 1), (300, 0, 1), (130,
 def test_prefill_loop_matches_onnxruntime(backend):
     model = make_model(C(seq=200, **LOOP_COMMON))
     assert "torch.prim.Loop" in str(compile(model, "torch", options=LoweringOptions(prefill_loop="on")))
-    assert "torch.prim.Loop" not in str(compile(model, "torch"))  # off by default
+    assert "torch.prim.Loop" in str(compile(model, "torch"))  # on by default
+    assert "torch.prim.Loop" not in str(compile(model, "torch", options=LoweringOptions(prefill_loop="off")))
     session = InferenceSession(model, backend=backend, prefill_loop="on", **({"threads": 2} if backend == "iree-cpu" else {}))
     for seq, past, batch in LOOP_STEPS:
         cfg = C(seq=seq, past=past, batch=batch, **LOOP_COMMON)

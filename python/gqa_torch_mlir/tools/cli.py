@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backend", choices=tuple(IREE_TARGETS), help="compile for IREE to a VM flatbuffer (.vmfb) instead")
     c.add_argument("--attention", choices=ATTENTION_FORMS, help="the attention form (default: the backend's)")
     c.add_argument("--prefill-loop", choices=("off", "on"),
-                   help="a causal prefill of run-time length in blocks of query rows, in a loop (default: off)")
+                   help="a causal prefill of run-time length in blocks of query rows, in a loop (default: on)")
     c.add_argument("-o", "--output", default="-")
     return parser
 

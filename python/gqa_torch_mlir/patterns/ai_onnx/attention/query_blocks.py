@@ -1,4 +1,5 @@
-"""The standard Attention's long causal prefill in blocks of query rows (common/query_blocks.py).
+"""The standard Attention by query length: a long causal prefill in blocks of query rows
+(common/query_blocks.py), and a run-time length's decode row apart (:func:`one_row_apart`).
 
 is_causal lets query s see keys t <= s + P (P the past's rows), whatever
 attn_mask adds: the keys a block of queries [start, stop) can see are
@@ -11,8 +12,9 @@ Only where nothing needs the whole score matrix: is_causal, no
 nonpad_kv_seqlen (its offset is per batch row, read at run time), no
 qk_matmul_output.  Static sizes give unrolled blocks; a query length known
 only at run time takes them in a loop from common/query_blocks.LOOP_FROM
-rows on with the pass option prefill_loop=on (a branch: a decode step's
-single row is attended whole).  Each block's attention is compute.py's.
+rows on with the pass option prefill_loop=on, the default (a branch, taken
+after the one on S == 1: a decode step's single row is attended with static
+shapes, :func:`one_row_apart`).  Each block's attention is compute.py's.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def blocked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
 
 def can_loop(options, attrs: AttentionAttributes, mask: Optional[KeyMask], S: Dim) -> bool:
     """The conditions of :func:`can_block` for a query length known at run time only, with the pass
-    option prefill_loop=on (options.py: off by default)."""
+    option prefill_loop=on (options.py: on by default)."""
     return (
         options.prefill_loop == "on" and not isinstance(S, int) and attrs.is_causal and attrs.qk_mode < 0
         and mask is not None and mask.bias is not None and mask.nonpad_excluded is None

@@ -1,4 +1,5 @@
-"""GroupQueryAttention's long causal prefill in blocks of query rows (common/query_blocks.py).
+"""GroupQueryAttention's attention by query length: a long causal prefill in blocks of query rows
+(common/query_blocks.py), and a run-time length's decode row apart (:func:`one_row_apart`).
 
 Query s of batch row b sees keys t <= past_len[b] + s, and the run-time
 checks keep past_len[b] <= R - S (the new rows fit the R rows read).  So the
@@ -8,9 +9,13 @@ the keys [0, R - S + stop) only.
 Only where nothing needs the whole score matrix: causal attention over a
 position-indexed cache (no window cache), no attention_bias, no output_qk.
 Static sizes give unrolled blocks; a query length known only at run time
-takes them in a loop from common/query_blocks.LOOP_FROM rows on (a branch:
-a decode step's single row is attended whole) with the pass option
-prefill_loop=on.  The blocks' attention is the decomposed form's.
+takes them in a loop from common/query_blocks.LOOP_FROM rows on (a branch)
+with the pass option prefill_loop=on, the default.  The blocks' attention is
+the decomposed form's.
+
+A query length known only at run time first branches on S == 1: a decode
+step's one row is attended with static shapes (and, for a run-time batch
+size, on B == 1 inside that branch), so it never reaches the loop's branch.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
 
 def can_loop(options, attrs, step, bias) -> bool:
     """The conditions of :func:`can_block` but for the query length, known only at run time, with
-    the pass option prefill_loop=on (options.py: off by default)."""
+    the pass option prefill_loop=on (options.py: on by default)."""
     return (
         options.prefill_loop == "on" and not isinstance(step.S, int)
         and attrs.causal and not attrs.window_cache and not attrs.qk_output and bias is None
