@@ -12,7 +12,8 @@ A query length known only at run time (the exporters' dynamic axes) takes the
 blocks in a loop (:func:`looped`) when it is LOOP_FROM rows or more, each
 block ROWS rows (the last padded); IREE's CPU code for the whole step's
 matmuls, with every size dynamic, ran a 512-token prefill at 3.5x
-onnxruntime's time.
+onnxruntime's time.  Before that branch, a decode step's single row takes one of
+its own to static shapes (:func:`one_row_branch`).
 """
 
 from __future__ import annotations
@@ -91,3 +92,24 @@ def padded_rows(tb: TorchBuilder, t: Tensor, dim: int, S: Dim) -> Tensor:
     if t.dtype == "i1":  # constant_pad_nd pads numbers: through si8
         return tb.ne_scalar(tb.pad_dim_end(tb.to_dtype(t, "si8"), dim, tb.dim_sub(padded, S)), 0)
     return tb.pad_dim_end(t, dim, tb.dim_sub(padded, S))
+
+
+def one_row_branch(tb: TorchBuilder, S: Dim, B: Dim, shape, seq_dim: int, dtype: str, one_row, other_lengths) -> Tensor:
+    """A run-time query length S: ``one_row(inner, batch)`` behind a branch on S == 1 (a decode
+    step, its shapes then static), ``other_lengths(inner)`` for every other S.  ``shape``: the
+    result's, S (at ``seq_dim``) dynamic.  ``batch`` is ``{0: 1}`` in a branch on B == 1 nested
+    there when the batch size B is a run-time value, else ``{}``: the caller types its tensors'
+    batch dim with it (``known_static``).
+
+    IREE 3.13's CPU matmuls with the grouped query rows dynamic ran a decode step's Q.K^T and P.V
+    at a third of the static speed, and with the batch dynamic it kept K's transpose as a
+    dispatch of its own (benchmarks/README.md, "CPU, round 7").
+    """
+    def decode(inner: TorchBuilder) -> Tensor:
+        if isinstance(B, int):
+            return one_row(inner, {})
+        row_shape = tuple(1 if d == seq_dim else size for d, size in enumerate(shape))
+        return inner.if_else(inner.dim_eq(B, 1), row_shape, dtype, lambda one: one_row(one, {0: 1}),
+                             lambda any_b: one_row(any_b, {}))
+
+    return tb.if_else(tb.dim_eq(S, 1), shape, dtype, decode, other_lengths)

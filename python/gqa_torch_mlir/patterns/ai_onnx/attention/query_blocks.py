@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....builder import Dim, Tensor, TorchBuilder
-from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, padded_rows, row_blocks
+from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, one_row_branch, padded_rows, row_blocks
 from .compute import grouped_attention
 from .masks import KeyMask
 from .support import AttentionAttributes
@@ -115,15 +115,10 @@ def can_take_one_row_apart(options, attrs: AttentionAttributes, S: Dim) -> bool:
 
 def one_row_apart(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
                   mask: Optional[KeyMask], rank3: bool, rest) -> Tensor:
-    """A run-time query length: compute.py's attention with S = 1 static behind a branch on S == 1
-    (a decode step), ``rest(inner)`` -> [B,H,S,Dv] for every other S; [B,H,S,Dv] in Q's type.
-
-    The mask's rows are 1 or S (masks.checked_mask checks a dynamic one is S), so 1 in the branch.
-    As for GroupQueryAttention (its query_blocks.py): IREE's CPU matmuls with the query rows
-    dynamic ran a decode step's at a fraction of the static speed, and with the batch dynamic it
-    kept K's transpose as a dispatch of its own: a run-time batch size branches once more, on
-    B == 1 (the mask's batch dim is likewise 1 or B).
-    """
+    """A run-time query length: compute.py's attention with S = 1 static (and B = 1 for a run-time
+    batch of one) behind common/query_blocks.one_row_branch, ``rest(inner)`` -> [B,H,S,Dv] for
+    every other S; [B,H,S,Dv] in Q's type.  The mask's rows are 1 or S and its batch 1 or B
+    (masks.checked_mask checks a dynamic one is S or B), so 1 in the branches."""
     def laid_out(inner: TorchBuilder, y_BHSDv: Tensor) -> Tensor:
         return inner.transpose(y_BHSDv, 1, 2) if rank3 else y_BHSDv  # -> [B,S,H,Dv] for a 3-D output
 
@@ -137,14 +132,7 @@ def one_row_apart(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor,
         return laid_out(inner, grouped_attention(inner, attrs, q_BH1Dh, k, v, row_mask)[0])
 
     B, H, Dv = q_BHSDh.shape[0], q_BHSDh.shape[1], v_BHkvTDv.shape[3]
-    shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
-    row_shape = (None, 1, H, Dv) if rank3 else (None, H, 1, Dv)
-    if B is None:
-        def decode(inner: TorchBuilder) -> Tensor:
-            return inner.if_else(inner.dim_eq(inner.size(q_BHSDh, 0), 1), row_shape, q_BHSDh.dtype,
-                                 lambda one: one_row(one, {0: 1}), lambda any_b: one_row(any_b, {}))
-    else:
-        def decode(inner: TorchBuilder) -> Tensor:
-            return one_row(inner, {})
-    y = tb.if_else(tb.dim_eq(tb.size(q_BHSDh, 2), 1), shape, q_BHSDh.dtype, decode, lambda inner: laid_out(inner, rest(inner)))
+    shape, seq_dim = ((B, None, H, Dv), 1) if rank3 else ((B, H, None, Dv), 2)
+    y = one_row_branch(tb, tb.size(q_BHSDh, 2), tb.size(q_BHSDh, 0), shape, seq_dim, q_BHSDh.dtype, one_row,
+                       lambda inner: laid_out(inner, rest(inner)))
     return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]

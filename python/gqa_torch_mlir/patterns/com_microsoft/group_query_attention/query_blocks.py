@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....builder import Tensor, TorchBuilder
-from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, padded_rows, row_blocks
+from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, one_row_branch, padded_rows, row_blocks
 
 
 def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
@@ -108,16 +108,11 @@ def can_take_one_row_apart(options, attrs, step, bias) -> bool:
 
 def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R,
                   rest, one_row_reads_all: bool = False) -> Tensor:
-    """A run-time query length: ``attend`` with S = 1 static behind a branch on S == 1 (a decode
-    step), ``rest(inner)`` -> [B,H,S,Dh] for every other S; [B,H,S,Dh].
-
-    IREE 3.13's CPU matmuls with the query rows dynamic ran a decode step's Q.K^T and P.V at a
-    third of the static ones' speed (benchmarks/README.md, "CPU, round 7").  A run-time batch
-    size takes one more branch there, on B == 1 (one user's generation): with the batch static
-    too, IREE fuses K's transpose into Q.K^T (a dispatch of its own, 2.2 ms of a 5.9 ms step at
-    past 1023, with B dynamic), and ``one_row_reads_all`` (the rows read are [0, seqlens_k + 1))
-    lets P.V skip the split at the rows every batch row reads (a copy of V's rows).
-    """
+    """A run-time query length: ``attend`` with S = 1 static (and B = 1 for a run-time batch of one)
+    behind common/query_blocks.one_row_branch, ``rest(inner)`` -> [B,H,S,Dh] for every other S;
+    [B,H,S,Dh].  With one batch row and ``one_row_reads_all`` (the rows read are [0, seqlens_k + 1))
+    every row is read: P.V is one matmul, not split at the rows every batch row reads (a copy of
+    V's rows with the batch dynamic)."""
     def one_row(inner: TorchBuilder, batch: dict) -> Tensor:  # batch: {0: 1} for a batch of one, or {}
         q_BH1Dh = inner.known_static(query_BHSDh, {2: 1, **batch})  # [B,H,S,Dh] -> [B|1,H,1,Dh]
         visible_B1R = inner.known_static(visible_BSR, {1: 1, **batch})  # [B,S,R] -> [B|1,1,R]
@@ -126,17 +121,8 @@ def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, valu
         attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, k_BHkvRDh, v_BHkvRDh, visible_B1R, read)
         return inner.transpose(attn_BH1Dh, 1, 2)  # -> [B|1,1,H,Dh]
 
-    def other_lengths(inner: TorchBuilder) -> Tensor:
-        return inner.transpose(rest(inner), 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
-
     # As looped_attention's branches: the output's [B,S,H,Dh] layout, no dispatch after the branch.
     B, H, _, Dh = query_BHSDh.shape
-    if B is None:
-        def decode(inner: TorchBuilder) -> Tensor:
-            return inner.if_else(inner.dim_eq(inner.size(query_BHSDh, 0), 1), (None, 1, H, Dh), query_BHSDh.dtype,
-                                 lambda one: one_row(one, {0: 1}), lambda any_b: one_row(any_b, {}))
-    else:
-        def decode(inner: TorchBuilder) -> Tensor:
-            return one_row(inner, {})
-    attn_BSHDh = tb.if_else(tb.dim_eq(step.S, 1), (B, None, H, Dh), query_BHSDh.dtype, decode, other_lengths)
+    attn_BSHDh = one_row_branch(tb, step.S, tb.size(query_BHSDh, 0), (B, None, H, Dh), 1, query_BHSDh.dtype, one_row,
+                                lambda inner: inner.transpose(rest(inner), 1, 2))  # [B,H,S,Dh] -> [B,S,H,Dh]
     return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
