@@ -639,14 +639,10 @@ class TorchBuilder:
         Each refined dim is checked at run time (``what`` names the tensor in
         the message, ``why`` ends it): the cast itself would trust a wrong size.
         """
-        shape = tuple(dims.get(i, d) if d is None else d for i, d in enumerate(t.shape))
-        if shape == t.shape:
-            return t
         for i, d in enumerate(t.shape):
             if d is None and i in dims:
                 self.check_dim(t, i, dims[i], f"{what} dimension {i} must be {dims[i]}{why}")
-        (res,) = self.op("torch.tensor_static_info_cast", [t.value], [vtensor_type_text(shape, t.dtype)])
-        return Tensor(res, shape, t.dtype)
+        return self.known_static(t, dims)
 
     def known_static(self, t: Tensor, dims: dict) -> Tensor:
         """``t`` with dynamic dims ``{index: size}`` typed static, unchecked: for a branch taken only
