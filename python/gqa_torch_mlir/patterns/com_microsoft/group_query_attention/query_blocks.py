@@ -99,7 +99,6 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
     return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
 
 
-
 def can_take_one_row_apart(options, attrs, step, bias) -> bool:
     """A query length known only at run time on the CPU, nothing else with S rows (attention_bias,
     output_qk): a decode step's one row gets the static-shape attention (:func:`one_row_apart`)."""
@@ -117,8 +116,10 @@ def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, valu
         q_BH1Dh = inner.known_static(query_BHSDh, {2: 1, **batch})  # [B,H,S,Dh] -> [B|1,H,1,Dh]
         visible_B1R = inner.known_static(visible_BSR, {1: 1, **batch})  # [B,S,R] -> [B|1,1,R]
         k_BHkvRDh, v_BHkvRDh = inner.known_static(key_BHkvRDh, batch), inner.known_static(value_BHkvRDh, batch)
-        read = read_B1R if read_B1R is None or not batch else None if one_row_reads_all else inner.known_static(read_B1R, batch)
-        attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, k_BHkvRDh, v_BHkvRDh, visible_B1R, read)
+        read_row_B1R = read_B1R
+        if batch and read_B1R is not None:  # a batch of one: every row read, or its mask typed [1,1,R]
+            read_row_B1R = None if one_row_reads_all else inner.known_static(read_B1R, batch)
+        attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, k_BHkvRDh, v_BHkvRDh, visible_B1R, read_row_B1R)
         return inner.transpose(attn_BH1Dh, 1, 2)  # -> [B|1,1,H,Dh]
 
     # As looped_attention's branches: the output's [B,S,H,Dh] layout, no dispatch after the branch.
