@@ -8,12 +8,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.refbackend import OPT_LEVEL_VARIABLE
 from gqa_torch_mlir.testing import tiers
 
 BACKENDS = ("refbackend", "iree-cpu")
+
+# The fast tier JIT-compiles the refbackend's code unoptimised: the same lowered IR (what the
+# tests check) in a quarter of the compile time; the extended tier at LLVM's -O2, as users
+# run it.  Subprocesses (the CLI tests) inherit it.
+if not tiers.EXTENDED:
+    os.environ.setdefault(OPT_LEVEL_VARIABLE, "0")
 
 
 def pytest_report_header(config):

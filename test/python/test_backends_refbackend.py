@@ -20,8 +20,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.passmanager import PassManager
 
-from gqa_torch_mlir.backends.refbackend import LOWERING_PIPELINE, RefBackend
-from gqa_torch_mlir.errors import CompileStageError, RuntimeInvocationError
+from gqa_torch_mlir.backends.refbackend import LOWERING_PIPELINE, OPT_LEVEL_VARIABLE, RefBackend
+from gqa_torch_mlir.errors import CompileStageError, GqaTorchMlirError, RuntimeInvocationError
 
 RNG = np.random.default_rng(0)
 TORCH_DTYPE = {"float16": "f16", "float32": "f32", "float64": "f64", "bool": "i1",
@@ -308,6 +308,18 @@ def test_options_and_pipeline():
     assert "refback-munge-calling-conventions" in LOWERING_PIPELINE
     with pytest.raises(ValueError):
         RefBackend(opt_level=7)
+
+
+def test_default_opt_level_from_the_environment(monkeypatch):
+    """GQA_REFBACKEND_OPT_LEVEL sets the default (conftest.py: 0 in the fast tier); a value
+    that is not a level is refused by name, never ignored."""
+    monkeypatch.setenv(OPT_LEVEL_VARIABLE, "3")
+    assert RefBackend().opt_level == 3 and RefBackend(opt_level=1).opt_level == 1
+    monkeypatch.delenv(OPT_LEVEL_VARIABLE)
+    assert RefBackend().opt_level == 2
+    monkeypatch.setenv(OPT_LEVEL_VARIABLE, "fast")
+    with pytest.raises(GqaTorchMlirError, match="GQA_REFBACKEND_OPT_LEVEL must be 0, 1, 2 or 3.*got 'fast'"):
+        RefBackend()
 
 
 # ---------------------------------------------------------------------------

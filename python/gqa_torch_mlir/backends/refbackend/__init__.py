@@ -40,9 +40,11 @@ stages, each a pass pipeline of its own (a failure raises
 
 from __future__ import annotations
 
+import os
+
 from torch_mlir import ir
 
-from ...errors import CompileStageError, RuntimeInvocationError
+from ...errors import CompileStageError, GqaTorchMlirError, RuntimeInvocationError
 from .passes import (
     CHECK_ALLOCATIONS,
     CHECK_PREFIX,
@@ -65,7 +67,7 @@ from .runner import (
 )
 
 __all__ = [
-    "CHECK_PREFIX", "LOWERING_PIPELINE", "CompileStageError", "CompiledModule", "FunctionSignature", "RefBackend",
+    "CHECK_PREFIX", "LOWERING_PIPELINE", "OPT_LEVEL_VARIABLE", "CompileStageError", "CompiledModule", "FunctionSignature", "RefBackend",
     "RuntimeInvocationError", "TensorSpec",
 ]
 
@@ -131,10 +133,23 @@ Without our passes of :meth:`RefBackend.compile`: there a failed
 _can_return_at = can_return_at
 
 
+OPT_LEVEL_VARIABLE = "GQA_REFBACKEND_OPT_LEVEL"
+
+
+def _default_opt_level() -> int:
+    text = os.environ.get(OPT_LEVEL_VARIABLE, "2")
+    if text not in ("0", "1", "2", "3"):
+        raise GqaTorchMlirError(f"environment variable {OPT_LEVEL_VARIABLE} must be 0, 1, 2 or 3 (LLVM's optimisation level), got '{text}'")
+    return int(text)
+
+
 class RefBackend:
     """Compiles linalg-on-tensors modules for the in-process ExecutionEngine.
 
-    ``opt_level`` is LLVM's optimisation level (0-3). ``threads`` is accepted
+    ``opt_level`` is LLVM's optimisation level (0-3; by default 2, or the
+    environment's ``GQA_REFBACKEND_OPT_LEVEL``: 0 JIT-compiles a decoder's
+    dynamic-shape module about 4x faster and runs it slower, as the fast test
+    tier does). ``threads`` is accepted
     for interface parity with other backends and only recorded: the generated
     code is single-threaded.  ``runtime_verification`` adds MLIR's
     ``generate-runtime-verification`` after lowering to loops: every load and
@@ -143,7 +158,9 @@ class RefBackend:
     tests; it slows the code down).
     """
 
-    def __init__(self, opt_level: int = 2, threads: int | None = None, runtime_verification: bool = False) -> None:
+    def __init__(self, opt_level: int | None = None, threads: int | None = None, runtime_verification: bool = False) -> None:
+        if opt_level is None:
+            opt_level = _default_opt_level()
         if opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level}")
         self.opt_level = opt_level
