@@ -258,15 +258,19 @@ def vmfb_name(mode: str, past: int) -> str:
     return f"{mode.replace('@', '-at-').replace(' ', '-').rstrip('.')}-p{past}.vmfb"
 
 
-def compile_for_cpus(directory: str, models: Dict[str, onnx.ModelProto], cpus) -> None:
+def compile_for_cpus(directory: str, models: Dict[str, onnx.ModelProto], cpus, prefill_loop: Optional[Dict[str, str]] = None) -> None:
     """``models`` (file name: model) compiled for each LLVM CPU name into ``directory/CPU/``, as
-    ``InferenceSession`` compiles them, for a host without the compiler (``from_vmfb``)."""
+    ``InferenceSession`` compiles them, for a host without the compiler (``from_vmfb``);
+    ``prefill_loop``: that lowering option of the file names given (else the default)."""
     from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
+    from gqa_torch_mlir.options import LoweringOptions
 
     for cpu in cpus:
         os.makedirs(os.path.join(directory, cpu), exist_ok=True)
-        backend = IreeCpuBackend(extra_flags=[f"--iree-llvmcpu-target-cpu={cpu}"])  # the last such flag wins
+        flags = [f"--iree-llvmcpu-target-cpu={cpu}"]  # the last such flag wins
         for name, model in models.items():
+            options = LoweringOptions.for_backend("iree-cpu", prefill_loop=(prefill_loop or {}).get(name))
+            backend = IreeCpuBackend(extra_flags=flags, options=options)
             with open(os.path.join(directory, cpu, name), "wb") as f:
                 f.write(backend.compile_lowered(backend.lower(model)))
         print(f"compiled for {cpu}", flush=True)

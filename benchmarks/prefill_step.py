@@ -6,10 +6,10 @@ iree-cpu against onnxruntime's kernel, measured alternately in one process.
 On a host without the compiler, as decode_step.py: ``--prepare DIR --target-cpu NAME...`` here,
 ``--from DIR/NAME`` there.
 
-``--dynamic`` adds two rows compiled here: the same step from a model whose lengths are
-dynamic (as the builder's and exporters' models declare them), lowered as by default, its
-query blocks in a loop ("ours dyn. loop"), and with the pass option prefill_loop=off, the
-query rows attended whole ("ours dyn. whole").
+``--dynamic`` adds two rows: the same step from a model whose lengths are dynamic (as the
+builder's and exporters' models declare them), lowered as by default, its query blocks in a
+loop ("ours dyn. loop"), and with the pass option prefill_loop=off, the query rows attended
+whole ("ours dyn. whole"); give it to ``--prepare`` and ``--from`` alike.
 
 Prints median milliseconds, the ratio to onnxruntime (lower is faster;
 <= 1.0 beats it), the largest output difference, and the CPU it ran on.
@@ -24,8 +24,10 @@ import os
 import platform
 import statistics
 import time
+from typing import Dict
 
 import numpy as np
+import onnx
 
 from decode_step import add_host_options, compile_for_cpus, cpu_model, ort_session, parse_host_options, spin_workers
 from gqa_torch_mlir import InferenceSession
@@ -34,27 +36,40 @@ from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 HEADS = dict(batch=1, past=0, num_heads=32, kv_num_heads=8, head_size=128)
 
 
-def vmfb_name(seq: int) -> str:
-    return f"prefill-s{seq}.vmfb"
+DYNAMIC_ROWS = {"ours dyn. loop": "on", "ours dyn. whole": "off"}  # row: prefill_loop
+
+
+def vmfb_name(seq: int, row: str = "ours") -> str:
+    return f"prefill-s{seq}.vmfb" if row == "ours" else f"prefill-s{seq}-{row.split()[-1]}.vmfb"
+
+
+def compiled(models: Dict[str, onnx.ModelProto], seq: int, threads: int, source, row: str = "ours"):
+    """The session of ``row``: compiled here, or read from a ``--prepare``d directory."""
+    model = models[vmfb_name(seq, row)]
+    if source:
+        vmfb = open(os.path.join(source, vmfb_name(seq, row)), "rb").read()
+        return InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads)
+    return InferenceSession(model, backend="iree-cpu", threads=threads, prefill_loop=DYNAMIC_ROWS.get(row))
+
+
+def step_models(seqs, dynamic: bool) -> Dict[str, onnx.ModelProto]:
+    """File name: model, for each row run (compiled here or by --prepare)."""
+    models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in seqs}
+    for seq in seqs if dynamic else ():
+        for row in DYNAMIC_ROWS:
+            models[vmfb_name(seq, row)] = make_model(GQAConfig(seq=seq, dynamic=True, **HEADS))
+    return models
 
 
 def runners(seq: int, threads: int, source=None, dynamic: bool = False):
     """``source``: a ``--prepare``d directory of compiled steps; ``dynamic``: the --dynamic rows."""
-    cfg = GQAConfig(seq=seq, **HEADS)
-    model, feeds = make_model(cfg), make_inputs(cfg)
-    theirs = ort_session(model, threads)
-    if source:
-        vmfb = open(os.path.join(source, vmfb_name(seq)), "rb").read()
-        ours = InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads)
-    else:
-        ours = InferenceSession(model, backend="iree-cpu", threads=threads)
-    run = {"onnxruntime": lambda: theirs.run(None, feeds)[0], "ours": lambda: ours.run(None, feeds)[0]}
-    if dynamic:
-        dynamic_model = make_model(GQAConfig(seq=seq, dynamic=True, **HEADS))
-        whole = InferenceSession(dynamic_model, backend="iree-cpu", threads=threads, prefill_loop="off")
-        looped = InferenceSession(dynamic_model, backend="iree-cpu", threads=threads)
-        run["ours dyn. whole"] = lambda: whole.run(None, feeds)[0]
-        run["ours dyn. loop"] = lambda: looped.run(None, feeds)[0]
+    models = step_models([seq], dynamic)
+    feeds = make_inputs(GQAConfig(seq=seq, **HEADS))
+    theirs = ort_session(models[vmfb_name(seq)], threads)
+    run = {"onnxruntime": lambda: theirs.run(None, feeds)[0]}
+    for row in ["ours"] + (list(DYNAMIC_ROWS) if dynamic else []):
+        session = compiled(models, seq, threads, source, row)
+        run[row] = lambda session=session: session.run(None, feeds)[0]
     return run
 
 
@@ -66,11 +81,9 @@ def main() -> None:
     parser.add_argument("--dynamic", action="store_true", help="also the step with dynamic lengths (see above)")
     add_host_options(parser)
     args = parse_host_options(parser)
-    if args.dynamic and args.source:
-        parser.error("--dynamic compiles here: not with --from")
     if args.prepare:
-        models = {vmfb_name(seq): make_model(GQAConfig(seq=seq, **HEADS)) for seq in args.seq}
-        return compile_for_cpus(args.prepare, models, args.target_cpu)
+        loop = {vmfb_name(seq, row): on for seq in args.seq for row, on in DYNAMIC_ROWS.items()}
+        return compile_for_cpus(args.prepare, step_models(args.seq, args.dynamic), args.target_cpu, loop)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}")
     spin_workers(args.worker_spin_us)
     for threads in args.threads:
