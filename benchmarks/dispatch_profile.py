@@ -16,7 +16,8 @@ and the step's wall time as iree-benchmark-module measures it without
 profiling, beside the summed dispatch walls (the rest is the runtime's:
 submissions, waits, the mid-step length read back). Cases: ``growingP`` and
 ``sharedP`` (decode, B=1, S=1, past P, as benchmarks/decode_step.py) and
-``prefillS`` (S tokens, no past). Not a test: numbers depend on the machine.
+``prefillS`` (S tokens, no past); a ``dyn`` suffix (``shared1023dyn``) compiles the model
+with every length dynamic, as the exporters declare them. Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -40,13 +41,13 @@ TOOLS = os.path.dirname(sys.executable)
 
 
 def config(case: str) -> GQAConfig:
-    kind, n = re.fullmatch(r"(growing|shared|prefill)(\d+)", case).groups()
-    n = int(n)
+    kind, n, dyn = re.fullmatch(r"(growing|shared|prefill)(\d+)(dyn)?", case).groups()
+    n, dynamic = int(n), dyn is not None
     if kind == "growing":
-        return GQAConfig(seq=1, past=n, **HEADS)
+        return GQAConfig(seq=1, past=n, dynamic=dynamic, **HEADS)
     if kind == "shared":
-        return GQAConfig(seq=1, past=n + 1, past_lens=(n,), fixed_capacity=True, **HEADS)
-    return GQAConfig(seq=n, past=0, **HEADS)
+        return GQAConfig(seq=1, past=n + 1, past_lens=(n,), fixed_capacity=True, dynamic=dynamic, **HEADS)
+    return GQAConfig(seq=n, past=0, dynamic=dynamic, **HEADS)
 
 
 def write_step(case: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:

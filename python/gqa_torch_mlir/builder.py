@@ -259,6 +259,29 @@ class TorchBuilder:
             inner.op("torch.prim.If.yield", yielded, [])
         return [Tensor(r, tuple(shape), dtype) for r, (shape, dtype) in zip(if_op.results, types)]
 
+    def if_joined(self, cond, then_branch, else_branch) -> List[Tensor]:
+        """:meth:`if_else_each` typed by the branches themselves: each result's type is the two
+        branches' joined (a dim they disagree on, or either leaves dynamic, is dynamic).  For
+        branches whose types are easier built than foretold (one lowering under two assumptions)."""
+        staging = self.ir.Operation.create("torch.prim.If", results=[], operands=[cond], regions=2, loc=self.loc, ip=self.ip)
+        built = []
+        for region, branch in zip(staging.regions, (then_branch, else_branch)):
+            block = region.blocks.append()
+            inner = TorchBuilder(self.ir, self.types, self.ir.InsertionPoint(block), self.loc)
+            built.append((block, inner, list(branch(inner))))
+        (_, _, then_ts), (_, _, else_ts) = built
+        assert len(then_ts) == len(else_ts) and all(t.dtype == e.dtype and t.rank == e.rank for t, e in zip(then_ts, else_ts))
+        types = [(tuple(d if d == e else None for d, e in zip(t.shape, u.shape)), t.dtype) for t, u in zip(then_ts, else_ts)]
+        type_texts = [vtensor_type_text(shape, dtype) for shape, dtype in types]
+        if_op = self.ir.Operation.create(
+            "torch.prim.If", results=[self.types.get(t) for t in type_texts], operands=[cond], regions=2, loc=self.loc, ip=self.ip
+        )
+        for region, (block, inner, tensors) in zip(if_op.regions, built):
+            block.append_to(region)  # the staged branch moves into the typed op
+            inner.op("torch.prim.If.yield", [inner.static_info_cast(t, text) for t, text in zip(tensors, type_texts)], [])
+        staging.erase()
+        return [Tensor(r, shape, dtype) for r, (shape, dtype) in zip(if_op.results, types)]
+
     def loop(self, count: Dim, init: Tensor, body) -> Tensor:
         """``torch.prim.Loop`` for i in [0, count), carrying one tensor: ``body(inner, i, carried)``
         emits one iteration with the builder ``inner`` (into the loop's region; ``i`` a !torch.int)

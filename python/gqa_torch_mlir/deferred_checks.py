@@ -18,8 +18,12 @@ first one in program order)::
 
 Safe because no check guards memory: every data-dependent index a check
 covers is clamped into its buffer whatever the check says (safety.md).
-Checks on host scalars (dims) move too and stay as they are; asserts inside
-nested regions (loop bodies, branches) stay where they are.
+Checks on host scalars (dims) move too and stay as they are.  A check on a
+tensor directly inside a branch of a top-level ``torch.prim.If`` (a lowering
+specialised on a size: GroupQueryAttention's B == 1) leaves it first: its i1
+becomes one more result of the If (``true`` from the other branch), read
+after it; asserts nested deeper (loop bodies, branches in branches) stay
+where they are.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def defer_runtime_checks(root, ir) -> int:
 
 
 def _defer(block, ir, types: TypeCache) -> int:
+    for op in [op.operation for op in block.operations]:
+        if op.name == "torch.prim.If":
+            _hoist_branch_checks(op, ir, types)
     ops = [op.operation for op in block.operations]
     if not ops or ops[-1].name != "func.return":
         return 0
@@ -70,3 +77,49 @@ def _defer(block, ir, types: TypeCache) -> int:
         read.move_before(end)
         check.move_before(end)
     return len(on_tensors)
+
+
+def _branch_checks(block) -> list:
+    """(read, assert) pairs directly in ``block`` whose read of an i1 [] tensor feeds only the assert."""
+    pairs = []
+    for check in (op.operation for op in block.operations if op.operation.name == ASSERT):
+        read = getattr(check.operands[0].owner, "operation", None)
+        if read is not None and read.name == READ and read.parent == check.parent and len(list(read.results[0].uses)) == 1:
+            pairs.append((read, check))
+    return pairs
+
+
+def _hoist_branch_checks(if_op, ir, types: TypeCache) -> None:
+    """The checks on tensors in ``if_op``'s branches moved after it (see above): the If rebuilt with
+    one more i1 [] result per check, each branch yielding its own check's tensor or ``true``."""
+    blocks = [region.blocks[0] for region in if_op.regions]
+    pairs = [(side, read, check) for side, block in enumerate(blocks) for read, check in _branch_checks(block)]
+    if not pairs:
+        return
+    ok_type = types.get("!torch.vtensor<[],i1>")
+    new_if = ir.Operation.create("torch.prim.If", results=[r.type for r in if_op.results] + [ok_type] * len(pairs),
+                                 operands=[if_op.operands[0]], regions=2, loc=if_op.location, ip=ir.InsertionPoint(if_op))
+    for side, (block, region) in enumerate(zip(blocks, new_if.regions)):
+        block.append_to(region)
+        terminator = [op.operation for op in block.operations][-1]
+        tb = TorchBuilder(ir, types, ir.InsertionPoint(terminator), if_op.location)
+        true = None
+        oks = []
+        for where, read, _ in pairs:
+            if where == side:
+                oks.append(read.operands[0])
+            else:
+                true = true or tb.eq_scalar(tb.dim_tensor(0), 0).value  # [] i1 true
+                oks.append(true)
+        ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + oks, loc=terminator.location,
+                            ip=ir.InsertionPoint(terminator))
+        terminator.erase()
+    for old, new in zip(if_op.results, new_if.results):
+        old.replace_all_uses_with(new)
+    last = new_if
+    for k, (_, read, check) in enumerate(pairs):  # in program order, after the If
+        read.operands[0] = new_if.results[len(if_op.results) + k]
+        read.move_after(last)
+        check.move_after(read)
+        last = check
+    if_op.erase()

@@ -33,6 +33,9 @@ from onnx import TensorProto, helper, numpy_helper
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.backends.iree import COMPILE_FLAGS, IreeCompiledModule, IreeCpuBackend
 from gqa_torch_mlir.errors import CompileStageError, GqaTorchMlirError, LoweringError, RuntimeInvocationError
+from gqa_torch_mlir.options import LoweringOptions
+from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import apply_lowerings
+from gqa_torch_mlir.pipeline import import_onnx
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
 FILECHECK = os.path.join(os.path.dirname(sys.executable), "filecheck")
@@ -429,11 +432,12 @@ def test_failed_run_time_check_raises_its_message():
     assert_matches(cfg, run_session(sess, good), run_onnxruntime(make_model(cfg), good), good, "after the failure")
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_deferred_checks_name_the_failing_one(threads):
+@pytest.mark.parametrize("threads, dynamic", [(1, False), (2, False), (2, True)])
+def test_deferred_checks_name_the_failing_one(threads, dynamic):
     """The checks run after the step, one read of their conjunction; a failing one still names
-    itself, on local-sync and local-task alike, and the session runs on afterwards."""
-    cfg = C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True)
+    itself, on local-sync and local-task alike, and the session runs on afterwards (dynamic: the
+    checks of the step's branch on a batch of one, hoisted out of it)."""
+    cfg = C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=dynamic)
     model, good = make_model(cfg), make_inputs(cfg)
     sess = InferenceSession(model, backend="iree-cpu", threads=threads)
     cases = [
@@ -445,6 +449,27 @@ def test_deferred_checks_name_the_failing_one(threads):
         with pytest.raises(RuntimeInvocationError, match=re.escape(message)):
             sess.run(None, dict(good, **{name: value.reshape(good[name].shape)}))
     assert_matches(cfg, run_session(sess, good), run_onnxruntime(model, good), good, "after the failures")
+
+
+def test_checks_leave_the_batch_branch():
+    """A run-time batch size puts GroupQueryAttention's step behind a branch on B == 1; deferred
+    (as the IREE backends lower), its checks on tensors leave that branch and are read once at
+    the end with the others: none is left directly in a top-level branch, where each would make
+    the host wait for the device mid-step."""
+    module = import_onnx(make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=True)))
+    apply_lowerings(module.operation, options=LoweringOptions.for_backend("iree-cpu"), defer_checks=True)
+    (func,) = [op for op in module.body.operations if op.operation.name == "func.func"]
+    top = [op.operation for op in func.regions[0].blocks[0].operations]
+    branches = [op for op in top if op.name == "torch.prim.If"]
+    in_branch = [[op.operation.name for op in region.blocks[0].operations] for op in branches for region in op.regions]
+    batch_of_one = [names for names in in_branch if "torch.tensor_static_info_cast" in names and "torch.aten.slice_scatter" in names]
+    assert batch_of_one, "no branch on a batch of one"
+    checks_if = branches[-1]  # deferred_checks.py's: its else branch reads each check and asserts
+    assert top.index(checks_if) == len(top) - 2  # just before the return
+    assert not any("torch.runtime.assert" in names for names in in_branch[:-2])
+    messages = [str(op.operation.attributes["message"]) for op in checks_if.regions[1].blocks[0].operations
+                if op.operation.name == "torch.runtime.assert"]
+    assert any("seqlens_k[b] must be >= 0" in m for m in messages) and len(messages) >= 4, messages
 
 
 def test_bad_flag_is_a_stage_error():

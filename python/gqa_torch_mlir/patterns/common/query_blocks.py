@@ -94,19 +94,21 @@ def padded_rows(tb: TorchBuilder, t: Tensor, dim: int, S: Dim) -> Tensor:
     return tb.pad_dim_end(t, dim, tb.dim_sub(padded, S))
 
 
-def one_row_branch(tb: TorchBuilder, S: Dim, B: Dim, shape, seq_dim: int, dtype: str, one_row, other_lengths) -> Tensor:
+def one_row_branch(tb: TorchBuilder, S: Dim, B: Dim, shape, seq_dim: int, dtype: str, one_row, other_lengths,
+                   batch_apart: bool = True) -> Tensor:
     """A run-time query length S: ``one_row(inner, batch)`` behind a branch on S == 1 (a decode
     step, its shapes then static), ``other_lengths(inner)`` for every other S.  ``shape``: the
     result's, S (at ``seq_dim``) dynamic.  ``batch`` is ``{0: 1}`` in a branch on B == 1 nested
-    there when the batch size B is a run-time value, else ``{}``: the caller types its tensors'
-    batch dim with it (``known_static``).
+    there when the batch size B is a run-time value (and ``batch_apart``: not when the caller
+    branched on B == 1 before), else ``{}``: the caller types its tensors' batch dim with it
+    (``known_static``).
 
     IREE 3.13's CPU matmuls with the grouped query rows dynamic ran a decode step's Q.K^T and P.V
     at a third of the static speed, and with the batch dynamic it kept K's transpose as a
     dispatch of its own (benchmarks/README.md, "CPU, round 7").
     """
     def decode(inner: TorchBuilder) -> Tensor:
-        if isinstance(B, int):
+        if isinstance(B, int) or not batch_apart:
             return one_row(inner, {})
         row_shape = tuple(1 if d == seq_dim else size for d, size in enumerate(shape))
         return inner.if_else(inner.dim_eq(B, 1), row_shape, dtype, lambda one: one_row(one, {0: 1}),

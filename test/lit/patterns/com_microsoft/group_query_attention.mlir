@@ -161,14 +161,16 @@ func.func @variable_seqlens_k(%q: !torch.vtensor<[3,1,64],f32>, %k: !torch.vtens
 
 // Packed QKV as the importer emits it: key and value are !torch.none operands
 // and the trailing optional slots too; the packed rows are split into their
-// 8 heads first, then Q, K, V are slices of whole heads (dim 1).
+// 8 heads first, then Q, K, V are slices of whole heads (dim 1) (here in the
+// branch of a run-time batch size other than 1: @dynamic_batch_seq).
 // CHECK-LABEL: func.func @packed_qkv
 // CHECK-NOT:     torch.operator
-// CHECK:         %[[HEADS:.+]] = torch.aten.unflatten.int %arg0, %int2, {{.+}} -> !torch.vtensor<[?,?,8,16],f32>
-// CHECK:         %[[QKV:.+]] = torch.aten.transpose.int %[[HEADS]], %int1, %int2 {{.+}} -> !torch.vtensor<[?,8,?,16],f32>
-// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int0, %int4, %int1 {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
-// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int4, %int6, %int1 {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
-// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1, %int6, %int8, %int1 {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:         } else {
+// CHECK:         %[[HEADS:.+]] = torch.aten.unflatten.int %arg0, %int2{{.*}}, {{.+}} -> !torch.vtensor<[?,?,8,16],f32>
+// CHECK:         %[[QKV:.+]] = torch.aten.transpose.int %[[HEADS]], %int1{{.*}}, %int2{{.*}} -> !torch.vtensor<[?,8,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1{{.*}}, %int0{{.*}}, %int4{{.*}}, %int1{{.*}} -> !torch.vtensor<[?,4,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1{{.*}}, %int4{{.*}}, %int6{{.*}}, %int1{{.*}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:         torch.aten.slice.Tensor %[[QKV]], %int1{{.*}}, %int6{{.*}}, %int8{{.*}}, %int1{{.*}} -> !torch.vtensor<[?,2,?,16],f32>
 func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %none = torch.constant.none
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%qkv, %none, %none, %pk, %pv, %sk, %tot, %none, %none, %none, %none, %none) {torch.onnx.do_rotary = 0 : si64, torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,128],f32>, !torch.none, !torch.none, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>, !torch.none, !torch.none, !torch.none, !torch.none, !torch.none) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)
@@ -177,19 +179,22 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 
 // -----
 
-// Dynamic batch, sequence and cache lengths: S is read once with aten.size.int
-// and feeds past_len and arange; the cache grows by clamp(total - P, 0, S) rows,
-// read from total_sequence_length at run time (S for a growing cache, 0 for a
-// fixed-capacity buffer). Such a cache may be a fixed-capacity buffer, so
-// attention reads its rows [0, R), R = clamp(max(seqlens_k) + 1, 1, T): the
-// rows onnxruntime reads, whatever the capacity; R feeds the mask. A growth
-// known only at run time branches once for both caches: none, and the pasts
-// are present (a shared buffer written in place); else both are padded.
-// Each input's batch and sequence dims, past_value's rows and seqlens_k's
-// entries are checked at run time against the query's (and past_key's), as
-// onnxruntime checks them on every call: torch-mlir's broadcasts and casts
-// trust the types. Trailing optional slots dropped by the exporter
-// (7 operands) read as absent.
+// Dynamic batch, sequence and cache lengths.  Each input's batch and sequence
+// dims, past_value's rows and seqlens_k's entries are checked at run time
+// against the query's (and past_key's), as onnxruntime checks them on every
+// call: torch-mlir's broadcasts and casts trust the types.  Then the step
+// branches once on B == 1: there every size that follows from the batch is
+// typed static and one batch row's forms apply (its new rows copied in as one
+// block, no scatter); the other branch is the step for any batch size.  There
+// S is read with aten.size.int and feeds past_len and arange; the cache grows
+// by clamp(total - P, 0, S) rows, read from total_sequence_length at run time
+// (S for a growing cache, 0 for a fixed-capacity buffer). Such a cache may be
+// a fixed-capacity buffer, so attention reads its rows [0, R), R =
+// clamp(max(seqlens_k) + 1, 1, T): the rows onnxruntime reads, whatever the
+// capacity; R feeds the mask. A growth known only at run time branches once
+// for both caches: none, and the pasts are present (a shared buffer written in
+// place); else both are padded.  Trailing optional slots dropped by the
+// exporter (7 operands) read as absent.
 // CHECK-LABEL: func.func @dynamic_batch_seq
 // CHECK:         %[[B:.+]] = torch.aten.size.int %arg0, %int0 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
 // CHECK:         %[[KEY_B:.+]] = torch.aten.size.int %arg1, %int0
@@ -199,37 +204,48 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         %[[ENTRIES:.+]] = torch.aten.size.int %arg5, %int0
 // CHECK:         %[[ONE_PER_ROW:.+]] = torch.aten.eq.int %[[ENTRIES]], %[[B]]
 // CHECK:         torch.runtime.assert %[[ONE_PER_ROW]], "gqa-torch-mlir: GroupQueryAttention: seqlens_k dimension 0 must equal the batch size
-// CHECK:         %[[S:.+]] = torch.aten.size.int %arg0, %int1 : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: value dimension 1 must equal the sequence size (query dimension 1)
-// CHECK:         %[[P:.+]] = torch.aten.size.int %arg3, %int2
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 2 must equal past_key's
-// CHECK:         %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1, %[[S]]
-// CHECK:         torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1 : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
-// CHECK:         torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
-// CHECK:         %[[TOTAL_INT:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[],si64> -> !torch.int
-// CHECK:         %[[EXTRA:.+]] = torch.aten.sub.int %[[TOTAL_INT]], %[[P]]
-// CHECK:         %[[AT_MOST_S:.+]] = torch.prim.min.int %[[EXTRA]], %[[S]]
-// CHECK:         %[[GROWTH:.+]] = torch.prim.max.int %[[AT_MOST_S]], %int0
-// CHECK:         %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
-// CHECK:         %[[NO_GROWTH:.+]] = torch.aten.eq.int %[[GROWTH]], %int0
-// CHECK:         %[[GROWN:.+]]:2 = torch.prim.If %[[NO_GROWTH]] -> (!torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
-// CHECK-NEXT:      torch.prim.If.yield %arg3, %arg4
+// CHECK:         %[[ONE_ROW:.+]] = torch.aten.eq.int %[[B]], %int1
+// CHECK:         %[[STEP:.+]]:3 = torch.prim.If %[[ONE_ROW]] -> (!torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
+// CHECK:           torch.tensor_static_info_cast %arg0 : !torch.vtensor<[?,?,64],f32> to !torch.vtensor<[1,?,64],f32>
+// CHECK:           torch.tensor_static_info_cast %arg3 : !torch.vtensor<[?,2,?,16],f32> to !torch.vtensor<[1,2,?,16],f32>
+// CHECK-NOT:       torch.aten.scatter.src
+// CHECK:           torch.aten.slice_scatter {{.+}} -> !torch.vtensor<[1,2,?,16],f32>
+// CHECK-NOT:       torch.aten.scatter.src
+// CHECK:           torch.prim.If.yield %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
 // CHECK-NEXT:    } else {
-// CHECK:           %[[PADS:.+]] = torch.prim.ListConstruct %int0{{.*}}, %int0{{.*}}, %int0{{.*}}, %[[GROWTH]]
-// CHECK:           %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
-// CHECK:           %[[PAD_V:.+]] = torch.aten.constant_pad_nd %arg4, {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
-// CHECK:           torch.prim.If.yield %[[PAD_K]], %[[PAD_V]]
-// CHECK:         }
-// CHECK:         %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN]]#0, %int2, %[[INDEX]]
-// CHECK:         %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
-// CHECK:         %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si32> -> !torch.int
-// CHECK:         %[[ROWS:.+]] = torch.prim.max.int %{{.+}}, %int1
-// CHECK:         %[[READ_K:.+]] = torch.aten.slice.Tensor %[[PRESENT_K]], %int2, %int0, %[[ROWS]], %int1
-// CHECK:         %[[R:.+]] = torch.aten.size.int %[[READ_K]], %int2
-// CHECK:         torch.aten.arange %[[R]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
-// CHECK:         torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
+// CHECK:           %[[S:.+]] = torch.aten.size.int %arg0, %int1{{.*}} : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
+// CHECK:           %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1{{.*}}, %[[S]]
+// CHECK:           torch.aten.add.Scalar %{{.+}}, %[[ONE_MINUS_S]], %int1{{.*}} : !torch.vtensor<[?],si64>, !torch.int, !torch.int -> !torch.vtensor<[?],si64>
+// CHECK:           torch.aten.arange %[[S]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:           %[[P:.+]] = torch.aten.size.int %arg3, %int2
+// CHECK:           %[[TOTAL_INT:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[],si64> -> !torch.int
+// CHECK:           %[[EXTRA:.+]] = torch.aten.sub.int %[[TOTAL_INT]], %[[P]]
+// CHECK:           %[[AT_MOST_S:.+]] = torch.prim.min.int %[[EXTRA]], %[[S]]
+// CHECK:           %[[GROWTH:.+]] = torch.prim.max.int %[[AT_MOST_S]], %int0
+// CHECK:           %[[INDEX:.+]] = torch.aten.expand {{.+}} -> !torch.vtensor<[?,2,?,16],si64>
+// CHECK:           %[[NO_GROWTH:.+]] = torch.aten.eq.int %[[GROWTH]], %int0
+// CHECK:           %[[GROWN:.+]]:2 = torch.prim.If %[[NO_GROWTH]] -> (!torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
+// CHECK-NEXT:        torch.prim.If.yield %arg3, %arg4
+// CHECK-NEXT:      } else {
+// CHECK:             %[[PADS:.+]] = torch.prim.ListConstruct %int0{{.*}}, %int0{{.*}}, %int0{{.*}}, %[[GROWTH]]
+// CHECK:             %[[PAD_K:.+]] = torch.aten.constant_pad_nd %arg3, %[[PADS]], {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:             %[[PAD_V:.+]] = torch.aten.constant_pad_nd %arg4, {{.+}} -> !torch.vtensor<[?,2,?,16],f32>
+// CHECK:             torch.prim.If.yield %[[PAD_K]], %[[PAD_V]]
+// CHECK:           }
+// CHECK:           %[[PRESENT_K:.+]] = torch.aten.scatter.src %[[GROWN]]#0, %int2{{.*}}, %[[INDEX]]
+// CHECK:           %[[T:.+]] = torch.aten.size.int %[[PRESENT_K]], %int2
+// CHECK:           %[[LAST:.+]] = torch.aten.item %{{.+}} : !torch.vtensor<[1],si32> -> !torch.int
+// CHECK:           %[[ROWS:.+]] = torch.prim.max.int %{{.+}}, %int1
+// CHECK:           %[[READ_K:.+]] = torch.aten.slice.Tensor %[[PRESENT_K]], %int2{{.*}}, %int0{{.*}}, %[[ROWS]], %int1
+// CHECK:           %[[R:.+]] = torch.aten.size.int %[[READ_K]], %int2
+// CHECK:           torch.aten.arange %[[R]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
+// CHECK:           torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
+// CHECK:           torch.prim.If.yield %{{.+}}, %[[PRESENT_K]], %{{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
+// CHECK-NEXT:    }
 // CHECK-NOT:     torch.aten.size.int
-// CHECK:         return
+// CHECK:         return %{{.+}}, %[[STEP]]#1, %[[STEP]]#2
 func.func @dynamic_batch_seq(%q: !torch.vtensor<[?,?,64],f32>, %k: !torch.vtensor<[?,?,32],f32>, %v: !torch.vtensor<[?,?,32],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)
   return %0#0, %0#1, %0#2 : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>

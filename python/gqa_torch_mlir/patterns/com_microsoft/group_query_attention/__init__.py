@@ -44,10 +44,10 @@ never repeated), in f32 as onnxruntime computes f16 inputs.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ....binder import OpBinder
-from ....builder import TorchBuilder
+from ....builder import Tensor, TorchBuilder
 from ....registry import onnx_op
 from .attention import decomposed_attention, needs_scores, sdpa_attention
 from .checks import check_rotary_rows, check_total, checked_rotary_positions
@@ -58,7 +58,7 @@ from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unrea
 from .query_blocks import blocked_attention, can_block, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
 from .positions import rotary_tables, step_positions
 from .quantized_cache import CacheCodec
-from .shapes import unify_dims
+from .shapes import unify_dims, with_batch_of_one
 from .support import OUTPUTS, read_attributes, validate_inputs
 from .window_cache import window_cache_step
 
@@ -67,6 +67,13 @@ from .window_cache import window_cache_step
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)  # support.py: every attribute read, refused by name when not lowered
     ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)  # support.py, shapes.py
+    if b.options.device == "cpu" and ins.query.shape[0] is None:  # a run-time batch size: B == 1 apart
+        return outputs(tb, b, *batch_of_one_apart(tb, b, attrs, ins))
+    return outputs(tb, b, *step_results(tb, b, attrs, ins))
+
+
+def step_results(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
+    """[attention [B,H,S,Dh], present_key, present_value, output_qk [B,H,S,Tt] or None]."""
     step = step_positions(tb, ins)  # positions.py: past lengths and token positions
     check_total(tb, ins, step, attrs.window_cache)  # checks.py
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)  # heads.py: [B,S,N*Dh] -> [B,N,S,Dh]
@@ -74,7 +81,27 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     codec = cache_codec(attrs, ins)  # quantized_cache.py (a float cache: the identity)
     cache = update_cache(tb, b, attrs, ins, step, codec, key_BHkvSDh, value_BHkvSDh)  # kv_cache.py, window_cache.py
     attn_BHSDh, qk_BHSTt = attend(tb, b, attrs, ins, step, codec, cache, query_BHSDh)  # masks.py, attention.py
-    return outputs(tb, b, attn_BHSDh, cache, qk_BHSTt)
+    return [attn_BHSDh, cache.present_key, cache.present_value, qk_BHSTt]
+
+
+def batch_of_one_apart(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
+    """:func:`step_results` behind a branch on B == 1, where every size that follows from the batch
+    is static (shapes.with_batch_of_one): the CPU forms of one batch row apply (kv_cache.py's block
+    copy, the rows read to the last one).  IREE 3.13's code with the batch dynamic ran a 256-token
+    prefill 1.4x slower (its cache write alone 1.3 ms: the scatter's index tensors; benchmarks/README.md,
+    "CPU, round 8")."""
+    absent = []  # the results that are None (output_qk not asked): the same in both branches
+
+    def branch(inputs):
+        def build(inner):
+            results = step_results(inner, b, attrs, inputs(inner))
+            absent[:] = [r is None for r in results]
+            return [r for r in results if r is not None]
+        return build
+
+    one, any_batch = branch(lambda inner: with_batch_of_one(inner, ins)), branch(lambda inner: ins)
+    joined = iter(tb.if_joined(tb.dim_eq(tb.size(ins.query, 0), 1), one, any_batch))
+    return [None if none else next(joined) for none in absent]
 
 
 def rotate(tb, attrs, ins, step, query_BHSDh, key_BHkvSDh):
@@ -114,17 +141,14 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
         keys_read_B1R = values_read_B1R = None
     if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
-        reads_all = cache.read_to_last_row and not attrs.window_cache  # with one batch row: query_blocks.one_row_apart
-        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R,
-                          reads_all)
+        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
     if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
     return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
 
 
-def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R,
-               one_row_reads_all=False):
+def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R):
     """attention.py's decomposed form by query length (query_blocks.py): a long causal prefill in
     blocks (unrolled for a static S, in a loop for a run-time S with prefill_loop=on), a run-time
     S's decode row with static shapes; (attention [B,H,S,Dh], output_qk [B,H,S,Tt] or None)."""
@@ -142,13 +166,13 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
     if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static
         return blocked_attention(tb, attend_block, step, *rows), None
     if can_take_one_row_apart(b.options, attrs, step, bias):  # a run-time S: S == 1 apart
-        return one_row_apart(tb, attend_block, step, *rows, rest=lambda inner: whole(inner)[0], one_row_reads_all=one_row_reads_all), None
+        return one_row_apart(tb, attend_block, step, *rows, rest=lambda inner: whole(inner)[0]), None
     return whole(tb)
 
 
-def outputs(tb, b, attn_BHSDh, cache: CacheStep, qk_BHSTt) -> List:
+def outputs(tb, b, attn_BHSDh, present_key, present_value, qk_BHSTt) -> List:
     """The op's results, as many as the node declares, each cast to its declared type."""
     output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
     output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
-    results = [output_BSD, cache.present_key, cache.present_value, qk_BHSTt][: b.num_results]
+    results = [output_BSD, present_key, present_value, qk_BHSTt][: b.num_results]
     return [tb.none() if t is None else b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]  # None: an unnamed output_qk

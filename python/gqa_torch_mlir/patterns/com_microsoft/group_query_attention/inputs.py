@@ -58,5 +58,3 @@ class CacheStep:
     # Every read row is read by every batch row (one batch row, read on its rows [0, seqlens_k + 1)):
     # nothing to zero before P.V, and no count of the rows all batch rows read to read back.
     every_row_read: bool = False
-    # The rows read are [0, max_b(seqlens_k[b]) + 1): with one batch row, every one is read by it.
-    read_to_last_row: bool = False

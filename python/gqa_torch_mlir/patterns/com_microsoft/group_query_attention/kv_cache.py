@@ -46,8 +46,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
-    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R,
-                     read_to_last_row=sliced)
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
 
 
 def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
@@ -73,7 +72,7 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
-    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, read_to_last_row=True)
+    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True)
 
 
 def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc):

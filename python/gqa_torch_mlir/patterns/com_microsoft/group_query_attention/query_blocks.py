@@ -105,25 +105,18 @@ def can_take_one_row_apart(options, attrs, step, bias) -> bool:
     return options.device == "cpu" and not isinstance(step.S, int) and bias is None and not attrs.qk_output
 
 
-def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R,
-                  rest, one_row_reads_all: bool = False) -> Tensor:
-    """A run-time query length: ``attend`` with S = 1 static (and B = 1 for a run-time batch of one)
-    behind common/query_blocks.one_row_branch, ``rest(inner)`` -> [B,H,S,Dh] for every other S;
-    [B,H,S,Dh].  With one batch row and ``one_row_reads_all`` (the rows read are [0, seqlens_k + 1))
-    every row is read: P.V is one matmul, not split at the rows every batch row reads (a copy of
-    V's rows with the batch dynamic)."""
-    def one_row(inner: TorchBuilder, batch: dict) -> Tensor:  # batch: {0: 1} for a batch of one, or {}
-        q_BH1Dh = inner.known_static(query_BHSDh, {2: 1, **batch})  # [B,H,S,Dh] -> [B|1,H,1,Dh]
-        visible_B1R = inner.known_static(visible_BSR, {1: 1, **batch})  # [B,S,R] -> [B|1,1,R]
-        k_BHkvRDh, v_BHkvRDh = inner.known_static(key_BHkvRDh, batch), inner.known_static(value_BHkvRDh, batch)
-        read_row_B1R = read_B1R
-        if batch and read_B1R is not None:  # a batch of one: every row read, or its mask typed [1,1,R]
-            read_row_B1R = None if one_row_reads_all else inner.known_static(read_B1R, batch)
-        attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, k_BHkvRDh, v_BHkvRDh, visible_B1R, read_row_B1R)
-        return inner.transpose(attn_BH1Dh, 1, 2)  # -> [B|1,1,H,Dh]
+def one_row_apart(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R, rest) -> Tensor:
+    """A run-time query length: ``attend`` with S = 1 static behind common/query_blocks.one_row_branch,
+    ``rest(inner)`` -> [B,H,S,Dh] for every other S; [B,H,S,Dh].  A run-time batch size is no
+    branch of its own here: the op's whole step took B == 1 apart before (``batch_of_one_apart``)."""
+    def one_row(inner: TorchBuilder, batch: dict) -> Tensor:  # batch: {} (batch_apart=False)
+        q_BH1Dh = inner.known_static(query_BHSDh, {2: 1})  # [B,H,S,Dh] -> [B,H,1,Dh]
+        visible_B1R = inner.known_static(visible_BSR, {1: 1})  # [B,S,R] -> [B,1,R]
+        attn_BH1Dh = attend(inner, replace(step, S=1), q_BH1Dh, key_BHkvRDh, value_BHkvRDh, visible_B1R, read_B1R)
+        return inner.transpose(attn_BH1Dh, 1, 2)  # -> [B,1,H,Dh]
 
     # As looped_attention's branches: the output's [B,S,H,Dh] layout, no dispatch after the branch.
     B, H, _, Dh = query_BHSDh.shape
     attn_BSHDh = one_row_branch(tb, step.S, tb.size(query_BHSDh, 0), (B, None, H, Dh), 1, query_BHSDh.dtype, one_row,
-                                lambda inner: inner.transpose(rest(inner), 1, 2))  # [B,H,S,Dh] -> [B,S,H,Dh]
+                                lambda inner: inner.transpose(rest(inner), 1, 2), batch_apart=False)  # [B,H,S,Dh] -> [B,S,H,Dh]
     return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]

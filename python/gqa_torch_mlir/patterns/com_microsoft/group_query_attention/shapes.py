@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from ....builder import Tensor, TorchBuilder
@@ -45,22 +46,33 @@ def unify_dims(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes) -> GqaInp
                 setattr(ins, name, scale)
             sizes = (1, Hkv, 1, Dh) if attrs.quant_type == "PER_CHANNEL" else (1,) * scale.rank
             _refine(tb, ins, name, dict(enumerate(sizes)), f" ({attrs.quant_type} quantization)")
-    batch_dims = dict(_BATCH_DIMS)
-    seqlens_batch_dim = _seqlens_batch_dim(ins.seqlens_k)
-    if seqlens_batch_dim is not None:  # its static length is the batch size too
-        batch_dims["seqlens_k"] = seqlens_batch_dim
-    if ins.attention_bias is not None:
-        if ins.attention_bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
-            batch_dims["attention_bias"] = 0
-        if ins.attention_bias.shape[1] is None:
-            _refine(tb, ins, "attention_bias", {1: H}, _NO_BROADCAST)
-    for what, dims in (("batch", batch_dims), ("sequence", _SEQ_DIMS)):
+    if ins.attention_bias is not None and ins.attention_bias.shape[1] is None:
+        _refine(tb, ins, "attention_bias", {1: H}, _NO_BROADCAST)
+    for what, dims in (("batch", _batch_dims(ins)), ("sequence", _SEQ_DIMS)):
         _unify(tb, ins, what, dims)
     for name, other, d in _PAIRED_DIMS + [(o, n, d) for n, o, d in _PAIRED_DIMS]:  # a static size on one side types both
         if getattr(ins, name) is not None and getattr(ins, other).shape[d] is not None:
             _refine(tb, ins, name, {d: getattr(ins, other).shape[d]}, f" ({other}'s; onnxruntime rejects it otherwise)")
     _check_paired_dims(tb, ins)
     return ins
+
+
+def with_batch_of_one(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
+    """``ins`` (unified: :func:`unify_dims`) with each run-time batch dim typed 1, unchecked: for
+    a branch taken only when the batch size is 1.  [?,..] -> [1,..]"""
+    dims = _batch_dims(ins)
+    return replace(ins, **{name: tb.known_static(getattr(ins, name), {d: 1}) for name, d in dims.items() if getattr(ins, name) is not None})
+
+
+def _batch_dims(ins: GqaInputs) -> dict:
+    """Input name -> the dim holding its batch size (inputs where one dim does)."""
+    dims = dict(_BATCH_DIMS)
+    seqlens_batch_dim = _seqlens_batch_dim(ins.seqlens_k)
+    if seqlens_batch_dim is not None:  # its static length is the batch size too
+        dims["seqlens_k"] = seqlens_batch_dim
+    if ins.attention_bias is not None and ins.attention_bias.shape[0] != 1:  # [B,...] (a 1 broadcasts)
+        dims["attention_bias"] = 0
+    return dims
 
 
 def _seqlens_batch_dim(seqlens: Tensor) -> Optional[int]:
