@@ -54,8 +54,8 @@ def _defer(block, ir, types: TypeCache) -> int:
     ret = ops[-1]
     on_tensors = []  # (read, assert) pairs: the read is the assert's only input from the device
     for check in (op for op in ops if op.name == ASSERT):
-        read = getattr(check.operands[0].owner, "operation", None)  # None: a block argument
-        if read is not None and read.name == READ and read.parent == check.parent and len(list(read.results[0].uses)) == 1:
+        read = _tensor_read(check)
+        if read is not None:
             on_tensors.append((read, check))
         else:
             check.move_before(ret)
@@ -79,14 +79,18 @@ def _defer(block, ir, types: TypeCache) -> int:
     return len(on_tensors)
 
 
+def _tensor_read(check):
+    """The ``aten.Bool.Tensor`` read of an i1 [] tensor beside ``check`` that feeds only it, else None."""
+    read = getattr(check.operands[0].owner, "operation", None)  # None: a block argument
+    if read is not None and read.name == READ and read.parent == check.parent and len(list(read.results[0].uses)) == 1:
+        return read
+    return None
+
+
 def _branch_checks(block) -> list:
-    """(read, assert) pairs directly in ``block`` whose read of an i1 [] tensor feeds only the assert."""
-    pairs = []
-    for check in (op.operation for op in block.operations if op.operation.name == ASSERT):
-        read = getattr(check.operands[0].owner, "operation", None)
-        if read is not None and read.name == READ and read.parent == check.parent and len(list(read.results[0].uses)) == 1:
-            pairs.append((read, check))
-    return pairs
+    """(read, assert) pairs directly in ``block`` (:func:`_tensor_read`)."""
+    checks = [op.operation for op in block.operations if op.operation.name == ASSERT]
+    return [(_tensor_read(check), check) for check in checks if _tensor_read(check) is not None]
 
 
 def _hoist_branch_checks(if_op, ir, types: TypeCache) -> None:
