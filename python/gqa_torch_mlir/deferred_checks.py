@@ -90,7 +90,8 @@ def _tensor_read(check):
 def _branch_checks(block) -> list:
     """(read, assert) pairs directly in ``block`` (:func:`_tensor_read`)."""
     checks = [op.operation for op in block.operations if op.operation.name == ASSERT]
-    return [(_tensor_read(check), check) for check in checks if _tensor_read(check) is not None]
+    pairs = [(_tensor_read(check), check) for check in checks]
+    return [(read, check) for read, check in pairs if read is not None]
 
 
 def _hoist_branch_checks(if_op, ir, types: TypeCache) -> None:
