@@ -366,6 +366,13 @@ class TorchBuilder:
         """The value of a one-element integer tensor as a dynamic !torch.int."""
         return self.op("torch.aten.item", [t.value], ["!torch.int"])[0]
 
+    def items(self, tensors: Sequence[Tensor]) -> List[Dim]:
+        """The values of one-element integer tensors ([] or [1]), read back to the host together:
+        IREE reads their join ([n] si64) at once, where an ``item`` each would stop the step
+        until the device has computed it, once per read."""
+        joined_N = self.cat([self.to_dtype(t if t.rank == 1 else self.unsqueeze(t, 0), "si64") for t in tensors], 0)
+        return [self.item(self.slice(joined_N, 0, i, i + 1)) for i in range(len(tensors))]
+
     @staticmethod
     def static(d: Dim) -> Optional[int]:
         return d if isinstance(d, int) else None

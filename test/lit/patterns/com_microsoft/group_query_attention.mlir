@@ -185,7 +185,11 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // call: torch-mlir's broadcasts and casts trust the types.  Then the step
 // branches once on B == 1: there every size that follows from the batch is
 // typed static and one batch row's forms apply (its new rows copied in as one
-// block, no scatter); the other branch is the step for any batch size.  There
+// block, no scatter; total_sequence_length read back to the host with the
+// block's first row and the rows read, one [2] tensor, one read, the growth
+// computed from it there); the output leaves
+// each branch as [B,S,H*Dh], no transpose after the If.  The other branch is
+// the step for any batch size.  There
 // S is read with aten.size.int and feeds past_len and arange; the cache grows
 // by clamp(total - P, 0, S) rows, read from total_sequence_length at run time
 // (S for a growing cache, 0 for a fixed-capacity buffer). Such a cache may be
@@ -207,13 +211,22 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: value dimension 1 must equal the sequence size (query dimension 1)
 // CHECK:         torch.runtime.assert %{{.+}}, "gqa-torch-mlir: GroupQueryAttention: past_value dimension 2 must equal past_key's
 // CHECK:         %[[ONE_ROW:.+]] = torch.aten.eq.int %[[B]], %int1
-// CHECK:         %[[STEP:.+]]:3 = torch.prim.If %[[ONE_ROW]] -> (!torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
+// CHECK:         %[[STEP:.+]]:3 = torch.prim.If %[[ONE_ROW]] -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) {
 // CHECK:           torch.tensor_static_info_cast %arg0 : !torch.vtensor<[?,?,64],f32> to !torch.vtensor<[1,?,64],f32>
 // CHECK:           torch.tensor_static_info_cast %arg3 : !torch.vtensor<[?,2,?,16],f32> to !torch.vtensor<[1,2,?,16],f32>
+// CHECK-NOT:       torch.aten.item
+// CHECK:           %[[LENGTHS:.+]] = torch.aten.cat %{{.+}}, %int0{{.*}} : !torch.list<vtensor>, !torch.int -> !torch.vtensor<[2],si64>
+// CHECK:           %[[PACKED_1:.+]] = torch.aten.slice.Tensor %[[LENGTHS]], %int0{{.*}}, %int0{{.*}}, %int1{{.*}}, %int1
+// CHECK:           torch.aten.item %[[PACKED_1]] : !torch.vtensor<[1],si64> -> !torch.int
+// CHECK:           %[[TOTAL_1:.+]] = torch.aten.slice.Tensor %[[LENGTHS]], %int0{{.*}}, %int1{{.*}}, %int2{{.*}}, %int1
+// CHECK:           %[[TOTAL_INT_1:.+]] = torch.aten.item %[[TOTAL_1]] : !torch.vtensor<[1],si64> -> !torch.int
+// CHECK:           torch.aten.sub.int %[[TOTAL_INT_1]], %{{.+}} : !torch.int, !torch.int -> !torch.int
+// CHECK-NOT:       torch.aten.item
 // CHECK-NOT:       torch.aten.scatter.src
 // CHECK:           torch.aten.slice_scatter {{.+}} -> !torch.vtensor<[1,2,?,16],f32>
 // CHECK-NOT:       torch.aten.scatter.src
-// CHECK:           torch.prim.If.yield %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
+// CHECK:           torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,?,64],f32>
+// CHECK:           torch.prim.If.yield %{{.+}}, %{{.+}}, %{{.+}} : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
 // CHECK-NEXT:    } else {
 // CHECK:           %[[S:.+]] = torch.aten.size.int %arg0, %int1{{.*}} : !torch.vtensor<[?,?,64],f32>, !torch.int -> !torch.int
 // CHECK:           %[[ONE_MINUS_S:.+]] = torch.aten.sub.int %int1{{.*}}, %[[S]]
@@ -242,9 +255,11 @@ func.func @packed_qkv(%qkv: !torch.vtensor<[?,?,128],f32>, %pk: !torch.vtensor<[
 // CHECK:           %[[R:.+]] = torch.aten.size.int %[[READ_K]], %int2
 // CHECK:           torch.aten.arange %[[R]], %int4, {{.+}} -> !torch.vtensor<[?],si64>
 // CHECK:           torch.aten.scaled_dot_product_attention {{.+}} -> !torch.vtensor<[?,4,?,16],f32>
-// CHECK:           torch.prim.If.yield %{{.+}}, %[[PRESENT_K]], %{{.+}} : !torch.vtensor<[?,4,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
+// CHECK:           %[[OUT:.+]] = torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[?,?,64],f32>
+// CHECK:           torch.prim.If.yield %[[OUT]], %[[PRESENT_K]], %{{.+}} : !torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>
 // CHECK-NEXT:    }
 // CHECK-NOT:     torch.aten.size.int
+// CHECK-NOT:     torch.aten.transpose.int
 // CHECK:         return %{{.+}}, %[[STEP]]#1, %[[STEP]]#2
 func.func @dynamic_batch_seq(%q: !torch.vtensor<[?,?,64],f32>, %k: !torch.vtensor<[?,?,32],f32>, %v: !torch.vtensor<[?,?,32],f32>, %pk: !torch.vtensor<[?,2,?,16],f32>, %pv: !torch.vtensor<[?,2,?,16],f32>, %sk: !torch.vtensor<[?],si32>, %tot: !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
   %0:3 = torch.operator "onnx.GroupQueryAttention"(%q, %k, %v, %pk, %pv, %sk, %tot) {torch.onnx.kv_num_heads = 2 : si64, torch.onnx.num_heads = 4 : si64} : (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,?,32],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?],si32>, !torch.vtensor<[],si32>) -> (!torch.vtensor<[?,?,64],f32>, !torch.vtensor<[?,2,?,16],f32>, !torch.vtensor<[?,2,?,16],f32>)

@@ -73,7 +73,7 @@ def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
 
 
 def step_results(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
-    """[attention [B,H,S,Dh], present_key, present_value, output_qk [B,H,S,Tt] or None]."""
+    """[output [B,S,H*Dh], present_key, present_value, output_qk [B,H,S,Tt] or None]."""
     step = step_positions(tb, ins)  # positions.py: past lengths and token positions
     check_total(tb, ins, step, attrs.window_cache)  # checks.py
     query_BHSDh, key_BHkvSDh, value_BHkvSDh = split_heads(tb, ins, attrs)  # heads.py: [B,S,N*Dh] -> [B,N,S,Dh]
@@ -81,7 +81,8 @@ def step_results(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
     codec = cache_codec(attrs, ins)  # quantized_cache.py (a float cache: the identity)
     cache = update_cache(tb, b, attrs, ins, step, codec, key_BHkvSDh, value_BHkvSDh)  # kv_cache.py, window_cache.py
     attn_BHSDh, qk_BHSTt = attend(tb, b, attrs, ins, step, codec, cache, query_BHSDh)  # masks.py, attention.py
-    return [attn_BHSDh, cache.present_key, cache.present_value, qk_BHSTt]
+    output_BSD = tb.flatten(tb.transpose(attn_BHSDh, 1, 2), 2, 3)  # [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,H*Dh]
+    return [output_BSD, cache.present_key, cache.present_value, qk_BHSTt]
 
 
 def batch_of_one_apart(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
@@ -89,7 +90,8 @@ def batch_of_one_apart(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
     is static (shapes.with_batch_of_one): the CPU forms of one batch row apply (kv_cache.py's block
     copy, the rows read to the last one).  IREE 3.13's code with the batch dynamic ran a 256-token
     prefill 1.4x slower (its cache write alone 1.3 ms: the scatter's index tensors; benchmarks/README.md,
-    "CPU, round 8")."""
+    "CPU, round 8").  The output leaves each branch in its final layout: transposed after the If, it
+    was two dispatches and two more queue submissions a decode step ("CPU, round 9")."""
     absent = []  # the results that are None (output_qk not asked): the same in both branches
 
     def branch(inputs):
@@ -170,9 +172,7 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
     return whole(tb)
 
 
-def outputs(tb, b, attn_BHSDh, present_key, present_value, qk_BHSTt) -> List:
+def outputs(tb, b, output_BSD, present_key, present_value, qk_BHSTt) -> List:
     """The op's results, as many as the node declares, each cast to its declared type."""
-    output_BSHDh = tb.transpose(attn_BHSDh, 1, 2)  # [B,H,S,Dh] -> [B,S,H,Dh]
-    output_BSD = tb.flatten(output_BSHDh, 2, 3)  # [B,S,H,Dh] -> [B,S,H*Dh]
     results = [output_BSD, present_key, present_value, qk_BHSTt][: b.num_results]
     return [tb.none() if t is None else b.declared_result(tb, i, t, OUTPUTS[i]) for i, t in enumerate(results)]  # None: an unnamed output_qk

@@ -23,10 +23,17 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     """
     past_key, past_value = past_caches(tb, ins, attrs)
     P = tb.size(past_key, 2)
-    growth = cache_growth(tb, b, step, past_key)
+    growth = declared_growth(tb, b, step, past_key)  # None: known at run time only
+    one_row = b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1 and not _fresh_buffer_of_many_rows(growth, step)
+    lengths = None
+    if growth is None and one_row:  # total_sequence_length read with the row lengths: one host read
+        growth, lengths = one_row_lengths(tb, step, P, None)
+    elif growth is None:
+        growth = run_time_growth(tb, step, tb.item(step.total), P)
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
-    if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1 and not _fresh_buffer_of_many_rows(growth, step):
-        return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
+    if one_row:  # a declared growth: the lengths after the checks, which IREE then runs before the read
+        lengths = lengths or one_row_lengths(tb, step, P, growth)[1]
+        return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc)
     if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1:  # a growing cache's prompt or chunk
         present_key_BHkvTDc, present_value_BHkvTDc = one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
     elif b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
@@ -49,7 +56,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
 
 
-def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
+def _fresh_buffer_of_many_rows(growth: Optional[int], step: Step) -> bool:
     """A growing cache (present a new buffer, every row written anyway) gaining several rows:
     the select over its rows writes present in one pass, where the scatter's index tensor
     alone ([B,Hkv,S,Dc] i64) costs more than the rows it writes (2 ms of a 19 ms prefill of
@@ -57,16 +64,15 @@ def _fresh_buffer_of_many_rows(growth: Dim, step: Step) -> bool:
     return isinstance(growth, int) and growth > 0 and isinstance(step.S, int) and step.S > 1
 
 
-def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
-    """One batch row on the CPU: its new rows copied in as one block, at a row read back to the host,
-    and the cache read on its rows [0, seqlens_k + 1) (every one of them read: no zeroing, no count).
+def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+    """One batch row on the CPU: its new rows copied in as one block at ``lengths``' start, and the
+    cache read on its rows [0, seqlens_k + 1) (every one of them read: no zeroing, no count).
 
     The scatter's form built an index tensor and ran 6 small dispatches a cache; this is one
     copy, in place in a fixed-capacity buffer.  The block [past_len, past_len + S) is the
     scatter's rows whenever they pass their run-time check (checked_cache_rows).
     """
-    T = tb.dim_add(tb.size(past_key, 2), growth)
-    start, rows = one_row_lengths(tb, step, T)
+    start, rows = lengths
     end = tb.dim_add(start, step.S)
     present_key, present_value = _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start, end)
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
@@ -96,16 +102,32 @@ def _first_new_row(tb: TorchBuilder, step: Step, T: Dim) -> Tensor:
     return tb.clamp_int(step.past_len_B, 0, tb.dim_max(tb.dim_sub(T, step.S), 0))
 
 
-def one_row_lengths(tb: TorchBuilder, step: Step, T: Dim):
-    """(start, R) of the one batch row, read back to the host together as one int64:
-    start = past_len clamped to [0, T - S] and R = seqlens_k + 1 clamped to [1, T]."""
-    start_1 = _first_new_row(tb, step, T)  # si64 [1]
-    rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
-    packed = tb.item(tb.add(tb.mul_int_scalar(start_1, _HALF), rows_1))  # both < 2^32: one host read
-    return tb.dim_floordiv(packed, _HALF), tb.dim_remainder(packed, _HALF)
+def one_row_lengths(tb: TorchBuilder, step: Step, P: Dim, growth: Optional[int]):
+    """(growth, (start, R)) of the one batch row, T = P + growth rows: start = past_len clamped to
+    [0, T - S] and R = seqlens_k + 1 clamped to [1, T].
+
+    One host read: past_len and seqlens_k + 1 packed in an int64 (each first clamped to [0, 2^31)),
+    beside total_sequence_length when the growth is known at run time only (``TorchBuilder.items``); the
+    growth and the clamps to T are then computed on the host.  Two reads (the growth's, then
+    the lengths') cost a decode step on 2 threads 0.1 ms: each makes the host wait for the device
+    (benchmarks/README.md, "CPU, round 9").  (A growth computed on the device and read back made
+    IREE 3.13 write out of bounds with output_qk: test_gqa_outputs.py's omitted presents.)"""
+    past_len_1 = tb.clamp_int(step.past_len_B, 0, _LENGTH_MAX)  # si64 [1]
+    rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 0, _LENGTH_MAX)  # si32 -> si64 [1]
+    packed_1 = tb.add(tb.mul_int_scalar(past_len_1, _HALF), rows_1)
+    if growth is None:
+        packed, total = tb.items([packed_1, step.total])
+        growth = run_time_growth(tb, step, total, P)
+    else:
+        packed = tb.item(packed_1)
+    T = tb.dim_add(P, growth)
+    start = tb.dim_max(tb.dim_min(tb.dim_floordiv(packed, _HALF), tb.dim_max(tb.dim_sub(T, step.S), 0)), 0)
+    rows = tb.dim_max(tb.dim_min(tb.dim_remainder(packed, _HALF), T), 1)
+    return growth, (start, rows)
 
 
-_HALF = 1 << 32
+_HALF = 1 << 32  # packed = a * _HALF + b, both in [0, _LENGTH_MAX]: below 2^63
+_LENGTH_MAX = (1 << 31) - 1
 
 
 def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
@@ -118,14 +140,10 @@ def past_caches(tb: TorchBuilder, ins: GqaInputs, attrs: GqaAttributes):
     return empty, empty
 
 
-def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim:
-    """Rows the cache gains: max(0, total_sequence_length - P) (onnxruntime's present has max(P, total) rows).
-
-    Static when the op's declared present type and P are: S for a growing
-    cache, 0 for a fixed-capacity buffer.  Otherwise read from
-    total_sequence_length at run time, clamped to [0, S] so no value can make
-    the buffer grow past what a valid input needs.
-    """
+def declared_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Optional[int]:
+    """Rows the cache gains, max(0, total_sequence_length - P) (onnxruntime's present has max(P,
+    total) rows), when the op's declared present type and P fix it: S for a growing cache, 0 for a
+    fixed-capacity buffer.  None otherwise: :func:`run_time_growth`, at run time."""
     P = past.shape[2]
     declared = _declared_present_rows(b)
     if declared is not None and P is not None:
@@ -145,8 +163,13 @@ def cache_growth(tb: TorchBuilder, b: OpBinder, step: Step, past: Tensor) -> Dim
                 f"GroupQueryAttention: the present is declared with {declared} rows, past length {P} + S: S (query dimension 1) must be {growth}",
             )
         return growth
-    total = tb.item(step.total)
-    return tb.dim_max(tb.dim_min(tb.dim_sub(total, tb.size(past, 2)), step.S), 0)  # in [0, S] whatever total holds
+    return None
+
+
+def run_time_growth(tb: TorchBuilder, step: Step, total: Dim, P: Dim) -> Dim:
+    """Rows a cache whose growth is not declared gains: total_sequence_length - P clamped to [0, S],
+    so no value can make the buffer grow past what a valid input needs."""
+    return tb.dim_max(tb.dim_min(tb.dim_sub(total, P), step.S), 0)
 
 
 def _declared_present_rows(b: OpBinder) -> Optional[int]:
