@@ -1,4 +1,5 @@
-"""iree-cpu reads large, 64-byte-aligned numpy feeds in place (backends/iree/host_import.py).
+"""iree-cpu reads large, 64-byte-aligned numpy feeds in place, others through staging copies
+(backends/iree/host_import.py).
 
 Each test checks the numbers against onnxruntime, that no feed ever changes,
 and what was uploaded (``uploaded_bytes``): the caches are read in place
@@ -10,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from gqa_torch_mlir import InferenceSession
-from gqa_torch_mlir.backends.iree.host_import import ALIGNMENT, MIN_BYTES, aligned_empty, readable_in_place
+from concurrent.futures import ThreadPoolExecutor
+
+from gqa_torch_mlir.backends.iree.host_import import ALIGNMENT, MIN_BYTES, aligned_empty, copy_split, readable_in_place, stageable
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
 # 2 KV heads x 256 rows x 64 x 4 bytes = 128 KiB per cache: large enough to be read in place
@@ -76,6 +79,36 @@ def test_unaligned_caches_are_copied():
     ours, uploaded = check_steps(cfg, unaligned)
     assert not readable_in_place(ours["past_key"])
     assert all(u >= ours["past_key"].nbytes + ours["past_value"].nbytes for u in uploaded), uploaded
+
+
+def test_unaligned_and_read_only_caches_are_read_from_staging_copies():
+    """numpy's own (unaligned) and read-only caches go through staging arrays, copied on 2 threads:
+    a growing cache of new values each step (the staging array regrown, reused, never stale)
+    matches onnxruntime, and no feed changes."""
+    steps = [GQAConfig(past=255 + i, dynamic=True, **HEADS) for i in range(4)]
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=2)
+    for i, cfg in enumerate(steps):
+        feeds = make_inputs(cfg, seed=60 + i)
+        ours = dict(feeds, past_key=unaligned(feeds["past_key"]), past_value=aligned(feeds["past_value"]))
+        ours["past_value"].flags.writeable = False
+        assert not readable_in_place(ours["past_key"]) and not readable_in_place(ours["past_value"])
+        assert stageable(ours["past_key"]) and stageable(ours["past_value"])
+        kept = {k: np.array(ours[k]) for k in ("past_key", "past_value")}
+        problems = compare(cfg, run(sess, ours), run_onnxruntime(model, feeds), feeds)
+        assert not problems, f"step {i}:\n" + "\n".join(problems)
+        for k, v in kept.items():
+            np.testing.assert_array_equal(ours[k], v, err_msg=f"step {i} changed the feed {k}")
+        assert sess.uploaded_bytes >= kept["past_key"].nbytes + kept["past_value"].nbytes  # staged: still copied
+
+
+def test_copy_split_copies_every_element():
+    src = np.arange(1000003, dtype=np.float32).reshape(1, 1000003)
+    with ThreadPoolExecutor(2) as pool:
+        for parts, p in [(1, None), (2, pool), (3, pool)]:
+            dst = np.zeros_like(src)
+            copy_split(dst, src, p, parts)
+            np.testing.assert_array_equal(dst, src, err_msg=f"{parts} parts")
 
 
 def test_a_fixed_capacity_cache_written_in_place_is_still_copied():

@@ -3,7 +3,7 @@
   targets.py    the targets: iree-compile flags and runtime driver per backend name
   compiler.py   IreeBackend: import, our passes inside IREE's bindings, iree-compile (needs iree-base-compiler)
   runtime.py    IreeCompiledModule: a VM flatbuffer on an IREE device (needs only iree-base-runtime)
-  host_import.py  large aligned numpy feeds read in place on the CPU (aligned_empty makes such arrays)
+  host_import.py  large numpy feeds read in place on the CPU, unaligned ones from a staging copy (aligned_empty)
 
 The compiler's names are loaded on first use, so that a host with only the
 runtime (a GPU machine running a vmfb compiled elsewhere) imports runtime.py

@@ -130,8 +130,10 @@ class IreeCompiledModule:
         self._context = ireert.VmContext(self._instance, modules=[hal, self._module])
         self._invokers = {}
         self._lock = threading.Lock()
-        # Large aligned numpy feeds read in place on the CPU (host_import.py); device memory elsewhere.
-        self._in_place = InPlaceFeeds(self._device) if driver == "local" else None
+        # Large numpy feeds read in place on the CPU, unaligned ones from a staging copy (host_import.py);
+        # device memory elsewhere.
+        workers = 1 if threads == 1 else local_task_workers()
+        self._in_place = InPlaceFeeds(self._device, copy_threads=workers or 1) if driver == "local" else None
 
     @property
     def device_name(self) -> str:
@@ -191,6 +193,7 @@ class IreeCompiledModule:
                 arrays = self._in_place.passed(function, hosts)
             self.uploaded_bytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
             self.uploaded_bytes += sum(hosts[i].nbytes for i in trial)
+            self.uploaded_bytes += self._in_place.staged_bytes if self._in_place is not None and not learning else 0
             try:
                 results = invoker(*arrays)
             except ValueError as e:
