@@ -32,7 +32,8 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         growth = run_time_growth(tb, step, tb.item(step.total), P)
     write_row_BS = checked_cache_rows(tb, step, ins, P, growth)
     if one_row:  # a declared growth: the lengths after the checks, which IREE then runs before the read
-        lengths = lengths or one_row_lengths(tb, step, P, growth)[1]
+        if lengths is None:
+            _, lengths = one_row_lengths(tb, step, P, growth)
         return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc)
     if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1:  # a growing cache's prompt or chunk
         present_key_BHkvTDc, present_value_BHkvTDc = one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
