@@ -12,9 +12,15 @@ conjunction, then, only when it is false, the reads and asserts themselves
 inside a ``torch.prim.If`` (so a failing call still names its check, the
 first one in program order)::
 
-    %all = aten.logical_and(%ok1, %ok2, ...)          [] i1, on the device
+    %ok3 = ...                                        the last check computed
+    %all = aten.logical_and(%ok1, %ok2, %ok3)         [] i1, on the device, right there
+    ...                                               the step
     torch.prim.If (Bool.Tensor %all) { } else { Bool.Tensor %ok1; assert ...; ... }
     return ...
+
+The conjunction is computed where its last check is, not at the end: IREE
+3.13 then fuses it into the step's first dispatches, where at the end it was
+one more command buffer after the attention, and one more wait for it.
 
 Safe because no check guards memory: every data-dependent index a check
 covers is clamped into its buffer whatever the check says (safety.md).
@@ -22,8 +28,9 @@ Checks on host scalars (dims) move too and stay as they are.  A check on a
 tensor directly inside a branch of a top-level ``torch.prim.If`` (a lowering
 specialised on a size: GroupQueryAttention's B == 1) leaves it first: its i1
 becomes one more result of the If (``true`` from the other branch), read
-after it; asserts nested deeper (loop bodies, branches in branches) stay
-where they are.
+after it, with one more for the conjunction of that branch's own checks,
+computed in the branch where they are; asserts nested deeper (loop bodies,
+branches in branches) stay where they are.
 """
 
 from __future__ import annotations
@@ -45,9 +52,10 @@ def defer_runtime_checks(root, ir) -> int:
 
 
 def _defer(block, ir, types: TypeCache) -> int:
+    joined_by_branch = []  # (the hoisted checks' If results, their conjunction's If result)
     for op in [op.operation for op in block.operations]:
         if op.name == "torch.prim.If":
-            _hoist_branch_checks(op, ir, types)
+            joined_by_branch += _hoist_branch_checks(op, ir, types)
     ops = [op.operation for op in block.operations]
     if not ops or ops[-1].name != "func.return":
         return 0
@@ -64,12 +72,12 @@ def _defer(block, ir, types: TypeCache) -> int:
             read.move_before(ret)
             check.move_before(ret)
         return len(on_tensors)
-    tb = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location)
-    oks = [Tensor(read.operands[0], (), "i1") for read, _ in on_tensors]
+    oks = _conjuncts([read.operands[0] for read, _ in on_tensors], joined_by_branch)
+    tb = TorchBuilder(ir, types, _after_last_definition(ops, oks, ir), ret.location)
     joined = oks[0]
     for ok in oks[1:]:
-        joined = tb.logical_and(joined, ok)  # [] i1, computed on the device
-    all_ok = tb.op(READ, [joined.value], ["!torch.bool"])[0]
+        joined = tb.logical_and(joined, ok)  # [] i1, computed on the device as soon as its checks are
+    all_ok = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location).op(READ, [joined.value], ["!torch.bool"])[0]
     branch = ir.Operation.create("torch.prim.If", results=[], operands=[all_ok], regions=2, loc=ret.location, ip=ir.InsertionPoint(ret))
     ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[0].blocks.append()))
     end = ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[1].blocks.append()))
@@ -77,6 +85,28 @@ def _defer(block, ir, types: TypeCache) -> int:
         read.move_before(end)
         check.move_before(end)
     return len(on_tensors)
+
+
+def _conjuncts(values, joined_by_branch) -> list:
+    """The [] i1 tensors whose conjunction is every check's: ``values``, where a branch's checks
+    are replaced by the conjunction that branch computed (:func:`_hoist_branch_checks`)."""
+    out = []
+    for value in values:
+        joined = next((j for checks, j in joined_by_branch if any(value == c for c in checks)), value)
+        if not any(joined == o.value for o in out):
+            out.append(Tensor(joined, (), "i1"))
+    return out
+
+
+def _after_last_definition(ops, oks, ir):
+    """The insertion point right after the last of ``ops`` (a block's) defining one of ``oks`` (at
+    the block's first op when none does).  Joined there rather than at the end, the conjunction is
+    computed with the checks, before the step's own reads of lengths: IREE runs it with the step's
+    first dispatches and its read at the end finds it done; joined at the end, it was one more
+    submission after the attention and one more wait for it (benchmarks/README.md, "CPU, round 10")."""
+    owners = [getattr(ok.value.owner, "operation", None) for ok in oks]  # None: a block argument
+    last = max((i for i, op in enumerate(ops) if any(op == owner for owner in owners if owner is not None)), default=-1)
+    return ir.InsertionPoint(ops[last + 1])
 
 
 def _tensor_read(check):
@@ -94,29 +124,37 @@ def _branch_checks(block) -> list:
     return [(read, check) for read, check in pairs if read is not None]
 
 
-def _hoist_branch_checks(if_op, ir, types: TypeCache) -> None:
+def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
     """The checks on tensors in ``if_op``'s branches moved after it (see above): the If rebuilt with
-    one more i1 [] result per check, each branch yielding its own check's tensor or ``true``."""
+    one more i1 [] result per check, each branch yielding its own check's tensor or ``true``, and
+    one more for the conjunction of its own checks, joined where they are computed
+    (:func:`_after_last_definition`).  Returns [(the checks' results, their conjunction's)], or []."""
     blocks = [region.blocks[0] for region in if_op.regions]
     pairs = [(side, read, check) for side, block in enumerate(blocks) for read, check in _branch_checks(block)]
     if not pairs:
-        return
+        return []
     ok_type = types.get("!torch.vtensor<[],i1>")
-    new_if = ir.Operation.create("torch.prim.If", results=[r.type for r in if_op.results] + [ok_type] * len(pairs),
+    new_if = ir.Operation.create("torch.prim.If", results=[r.type for r in if_op.results] + [ok_type] * (len(pairs) + 1),
                                  operands=[if_op.operands[0]], regions=2, loc=if_op.location, ip=ir.InsertionPoint(if_op))
     for side, (block, region) in enumerate(zip(blocks, new_if.regions)):
         block.append_to(region)
-        terminator = [op.operation for op in block.operations][-1]
+        ops = [op.operation for op in block.operations]
+        terminator = ops[-1]
         tb = TorchBuilder(ir, types, ir.InsertionPoint(terminator), if_op.location)
         true = None
-        oks = []
+        oks, own = [], []
         for where, read, _ in pairs:
             if where == side:
                 oks.append(read.operands[0])
+                own.append(Tensor(read.operands[0], (), "i1"))
             else:
                 true = true or tb.eq_scalar(tb.dim_tensor(0), 0).value  # [] i1 true
                 oks.append(true)
-        ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + oks, loc=terminator.location,
+        joined = own[0] if own else Tensor(true, (), "i1")
+        at_checks = TorchBuilder(ir, types, _after_last_definition(ops, own, ir), if_op.location)
+        for ok in own[1:]:
+            joined = at_checks.logical_and(joined, ok)
+        ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + oks + [joined.value], loc=terminator.location,
                             ip=ir.InsertionPoint(terminator))
         terminator.erase()
     for old, new in zip(if_op.results, new_if.results):
@@ -127,4 +165,7 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> None:
         read.move_after(last)
         check.move_after(read)
         last = check
+    kept = len(if_op.results)
     if_op.erase()
+    checks = list(new_if.results)[kept:]
+    return [(checks[:-1], checks[-1])]

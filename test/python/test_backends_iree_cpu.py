@@ -319,7 +319,8 @@ def test_pass_runs_in_iree_bindings(tmp_path):
     assert context is lowered.session.context
     assert context.is_registered_operation("torch.aten.scatter.src")
     # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
-    # The run-time checks come after the attention, read back once (deferred_checks.py).
+    # The run-time checks come after the attention, read back once (deferred_checks.py); their
+    # conjunction is computed with them, before the attention.
     filecheck(
         lowered.asm(),
         f"""\
@@ -330,6 +331,7 @@ def test_pass_runs_in_iree_bindings(tmp_path):
         CHECK: = torch.aten.matmul %
         CHECK: = torch.aten.matmul %
         CHECK-NOT: torch.runtime.assert
+        CHECK-NOT: torch.aten.logical_and
         CHECK: torch.prim.If
         CHECK: torch.runtime.assert
         CHECK-NOT: onnx.GroupQueryAttention
@@ -466,6 +468,12 @@ def test_checks_leave_the_batch_branch():
     assert batch_of_one, "no branch on a batch of one"
     checks_if = branches[-1]  # deferred_checks.py's: its else branch reads each check and asserts
     assert top.index(checks_if) == len(top) - 2  # just before the return
+    batch_if = next(op for op in branches if any("torch.aten.slice_scatter" in [o.operation.name for o in r.blocks[0].operations]
+                                                 for r in op.regions))
+    between = [op.name for op in top[top.index(batch_if) + 1:top.index(checks_if)]]
+    assert "torch.aten.logical_and" not in between, between  # the branch yields its checks' conjunction
+    read = top[top.index(checks_if) - 1]
+    assert read.name == "torch.aten.Bool.Tensor" and read.operands[0].owner == batch_if
     assert not any("torch.runtime.assert" in names for names in in_branch[:-2])
     messages = [str(op.operation.attributes["message"]) for op in checks_if.regions[1].blocks[0].operations
                 if op.operation.name == "torch.runtime.assert"]

@@ -10,8 +10,9 @@
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
 // The GPU form (device=gpu, iree-cuda's default): the new row written by a select over the cache
 // rows, no scatter, and every row read, masked: no length read back to the host (aten.item);
-// the run-time checks after the compute, before the return, as one host read of their conjunction
-// (each check's own read and message only when it is false: deferred_checks.py).
+// the run-time checks' conjunction computed with them, before the compute (so IREE runs it with the
+// step's first dispatches), and read back once, after the compute, before the return (each check's
+// own read and message only when it is false: deferred_checks.py).
 // RUN: gqa-torch-mlir-opt '--convert-onnx-gqa-to-torch=attention=sdpa device=gpu' %s | FileCheck %s --check-prefix=GPU
 
 // B=1, S=1, T=5 cache rows, H=8, Hkv=2 (G=4), Dh=16. One batch row on the CPU: the new row
@@ -78,11 +79,8 @@ func.func @decode_two_rows(%q: !torch.vtensor<[2,1,128],f32>, %k: !torch.vtensor
 // GPU-NOT:     torch.aten.slice.Tensor %[[PRESENT_K]]
 // GPU:         torch.aten.scaled_dot_product_attention {{.+}} : !torch.vtensor<[1,8,1,16],f32>, !torch.vtensor<[1,2,64,16],f32>, !torch.vtensor<[1,2,64,16],f32>
 // GPU-NOT:     torch.aten.item
-// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
-// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
-// GPU:         torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
-// GPU:         %[[ALL:.+]] = torch.aten.logical_and {{.+}} -> !torch.vtensor<[],i1>
-// GPU-NEXT:    %[[ALL_OK:.+]] = torch.aten.Bool.Tensor %[[ALL]]
+// GPU-NOT:     torch.aten.logical_and
+// GPU:         %[[ALL_OK:.+]] = torch.aten.Bool.Tensor %{{.+}} : !torch.vtensor<[],i1>
 // GPU-NEXT:    torch.prim.If %[[ALL_OK]] -> () {
 // GPU-NEXT:      torch.prim.If.yield
 // GPU-NEXT:    } else {
