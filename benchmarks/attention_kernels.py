@@ -1,8 +1,8 @@
 """The decode step's two attention matmuls alone, as IREE compiles them, against
 numpy reading the same bytes: how fast IREE's CPU code reads a KV cache that is
-not in the caches, measured alternately in one process (1 thread, local-sync).
+not in the caches, measured alternately in one process.
 
-    .venv/bin/python benchmarks/attention_kernels.py [--rows 1024 4096] [--rounds 9]
+    .venv/bin/python benchmarks/attention_kernels.py [--rows 1024 4096] [--rounds 9] [--threads 1 2]
 
 On another x86 host (iree-base-runtime only), compile here for its CPU, run there:
 
@@ -21,7 +21,9 @@ R key rows, R dynamic as the step reads it):
 
 Each call reads another copy of the cache from a pool of 256 MiB (so every
 read comes from memory, as in a generation loop over many layers); numpy's
-time is np.add.reduce over the same arrays.  Printed per kernel: the median
+time is np.add.reduce over the same arrays, split by KV head over as many
+threads as the kernels get (1: IREE's local-sync device; more: local-task
+with that many workers, one such count per process).  Printed per kernel: the median
 time per call, the rate it reads K (or V) at, and its ratio to numpy's read
 of the same bytes (1.0x: reads as fast as numpy; the matmuls' arithmetic is
 2 x 4 flops per element read), after each kernel's largest difference from
@@ -110,7 +112,18 @@ def prepare(directory: str, cpus: List[str]) -> None:
         print(f"compiled for {cpu}", flush=True)
 
 
-def runners(rows: int, source) -> Tuple[int, Dict[str, Callable[[int], None]]]:
+def numpy_read(caches: List[np.ndarray], threads: int) -> Callable[[int], None]:
+    """read(i): np.add.reduce over the i-th copy, its KV heads split over ``threads`` threads."""
+    if threads == 1:
+        return lambda i: np.add.reduce(caches[i % len(caches)], axis=None)
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(threads)  # lives as long as the process
+    parts = [np.array_split(c, threads, axis=0) for c in caches]
+    return lambda i: list(pool.map(lambda p: np.add.reduce(p, axis=None), parts[i % len(parts)]))
+
+
+def runners(rows: int, source, threads: int) -> Tuple[int, Dict[str, Callable[[int], None]]]:
     """(the pool's copies, kernel name -> run(i): one call on the i-th copy; numpy's read of it too)."""
     from gqa_torch_mlir.backends.iree.runtime import IreeCompiledModule
 
@@ -121,10 +134,10 @@ def runners(rows: int, source) -> Tuple[int, Dict[str, Callable[[int], None]]]:
              "p.v": rng.random((HKV, G, rows), dtype=np.float32)}
     expected = {"q.k^T": np.einsum("hgd,hrd->hgr", small["q.k^T"], caches[0]),
                 "p.v": np.einsum("hgr,hrd->hgd", small["p.v"], caches[0]), "row sum": caches[0].sum(axis=2)}
-    out: Dict[str, Callable[[int], None]] = {"numpy read": lambda i: np.add.reduce(caches[i % copies], axis=None)}
+    out: Dict[str, Callable[[int], None]] = {"numpy read": numpy_read(caches, threads)}
     for kernel in KERNELS:
         vmfb = open(os.path.join(source, file_name(kernel)), "rb").read() if source else compile_kernel(kernel, "host")
-        module = IreeCompiledModule(vmfb, "f", [np.float32], threads=1)
+        module = IreeCompiledModule(vmfb, "f", [np.float32], threads=threads)
         on_device = [module.to_device(c) for c in caches]
         args = [module.to_device(small[kernel])] if kernel in small else []
         out[kernel] = lambda i, m=module, d=on_device, a=args: m.invoke_device("f", *a, d[i % len(d)])
@@ -133,8 +146,8 @@ def runners(rows: int, source) -> Tuple[int, Dict[str, Callable[[int], None]]]:
     return copies, out
 
 
-def measure(rows: int, rounds: int, source) -> None:
-    copies, run = runners(rows, source)
+def measure(rows: int, rounds: int, source, threads: int) -> None:
+    copies, run = runners(rows, source, threads)
     times: Dict[str, List[float]] = {name: [] for name in run}
     for r in range(rounds):
         order = list(run) if r % 2 == 0 else list(reversed(run))
@@ -145,7 +158,7 @@ def measure(rows: int, rounds: int, source) -> None:
             times[name].append((time.perf_counter() - t) / copies)
     nbytes = HKV * rows * DH * 4
     numpy_s = statistics.median(times["numpy read"])
-    print(f"\nR={rows} rows ({nbytes / 2**20:.0f} MiB of K or V a call, a pool of {copies} copies), 1 thread:")
+    print(f"\nR={rows} rows ({nbytes / 2**20:.0f} MiB of K or V a call, a pool of {copies} copies), {threads} thread(s):")
     for name, ts in times.items():
         s = statistics.median(ts)
         print(f"  {name:12s} {s * 1e3:8.3f} ms  {nbytes / s / 1e9:6.1f} GB/s  {s / numpy_s:5.2f}x numpy's read")
@@ -155,6 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="*", default=[1024, 4096])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--threads", type=int, nargs="*", default=[1], help="1, and at most one other count")
     parser.add_argument("--prepare", metavar="DIR", help="only compile the kernels into DIR/CPU/ for each --target-cpu")
     parser.add_argument("--target-cpu", nargs="*", default=["host"], help="LLVM CPU names for --prepare")
     parser.add_argument("--from", dest="source", metavar="DIR", help="run the kernels --prepare compiled into DIR")
@@ -162,8 +176,11 @@ def main() -> None:
     if args.prepare:
         return prepare(args.prepare, args.target_cpu)
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs")
-    for rows in args.rows:
-        measure(rows, args.rounds, args.source)
+    if len([t for t in args.threads if t != 1]) > 1 or min(args.threads) < 1:
+        parser.error("--threads: 1 and at most one other count (IREE's local-task worker count is one per process)")
+    for threads in args.threads:
+        for rows in args.rows:
+            measure(rows, args.rounds, args.source, threads)
 
 
 if __name__ == "__main__":
