@@ -72,11 +72,7 @@ def _defer(block, ir, types: TypeCache) -> int:
             read.move_before(ret)
             check.move_before(ret)
         return len(on_tensors)
-    oks = _conjuncts([read.operands[0] for read, _ in on_tensors], joined_by_branch)
-    tb = TorchBuilder(ir, types, _after_last_definition(ops, oks, ir), ret.location)
-    joined = oks[0]
-    for ok in oks[1:]:
-        joined = tb.logical_and(joined, ok)  # [] i1, computed on the device as soon as its checks are
+    joined = _conjunction(ops, _conjuncts([read.operands[0] for read, _ in on_tensors], joined_by_branch), ir, types, ret.location)
     all_ok = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location).op(READ, [joined.value], ["!torch.bool"])[0]
     branch = ir.Operation.create("torch.prim.If", results=[], operands=[all_ok], regions=2, loc=ret.location, ip=ir.InsertionPoint(ret))
     ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[0].blocks.append()))
@@ -98,15 +94,19 @@ def _conjuncts(values, joined_by_branch) -> list:
     return out
 
 
-def _after_last_definition(ops, oks, ir):
-    """The insertion point right after the last of ``ops`` (a block's) defining one of ``oks`` (at
-    the block's first op when none does).  Joined there rather than at the end, the conjunction is
-    computed with the checks, before the step's own reads of lengths: IREE runs it with the step's
-    first dispatches and its read at the end finds it done; joined at the end, it was one more
-    submission after the attention and one more wait for it (benchmarks/README.md, "CPU, round 10")."""
+def _conjunction(ops, oks, ir, types: TypeCache, loc) -> Tensor:
+    """The [] i1 conjunction of ``oks`` (one or more), built right after the last of ``ops`` (a
+    block's, in order) that defines one of them.  Joined there rather than at the end of the
+    block, it is computed as soon as its checks are: IREE runs it with the dispatches that compute
+    them and the read at the end finds it done; joined at the end, it was one more submission after
+    the attention and one more wait for it (benchmarks/README.md, "CPU, round 10")."""
     owners = [getattr(ok.value.owner, "operation", None) for ok in oks]  # None: a block argument
     last = max((i for i, op in enumerate(ops) if any(op == owner for owner in owners if owner is not None)), default=-1)
-    return ir.InsertionPoint(ops[last + 1])
+    tb = TorchBuilder(ir, types, ir.InsertionPoint(ops[last + 1]), loc)
+    joined = oks[0]
+    for ok in oks[1:]:
+        joined = tb.logical_and(joined, ok)  # [] i1, on the device
+    return joined
 
 
 def _tensor_read(check):
@@ -128,7 +128,7 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
     """The checks on tensors in ``if_op``'s branches moved after it (see above): the If rebuilt with
     one more i1 [] result per check, each branch yielding its own check's tensor or ``true``, and
     one more for the conjunction of its own checks, joined where they are computed
-    (:func:`_after_last_definition`).  Returns [(the checks' results, their conjunction's)], or []."""
+    (:func:`_conjunction`).  Returns [(the checks' results, their conjunction's)], or []."""
     blocks = [region.blocks[0] for region in if_op.regions]
     pairs = [(side, read, check) for side, block in enumerate(blocks) for read, check in _branch_checks(block)]
     if not pairs:
@@ -150,10 +150,7 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
             else:
                 true = true or tb.eq_scalar(tb.dim_tensor(0), 0).value  # [] i1 true
                 oks.append(true)
-        joined = own[0] if own else Tensor(true, (), "i1")
-        at_checks = TorchBuilder(ir, types, _after_last_definition(ops, own, ir), if_op.location)
-        for ok in own[1:]:
-            joined = at_checks.logical_and(joined, ok)
+        joined = _conjunction(ops, own, ir, types, if_op.location) if own else Tensor(true, (), "i1")
         ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + oks + [joined.value], loc=terminator.location,
                             ip=ir.InsertionPoint(terminator))
         terminator.erase()
