@@ -33,6 +33,7 @@ numpy's result.  Not a test: numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -96,6 +97,7 @@ def file_name(kernel: str) -> str:
     return kernel.replace(".", "").replace("^", "").replace(" ", "_") + ".vmfb"
 
 
+@functools.lru_cache(maxsize=None)
 def compile_kernel(kernel: str, cpu: str) -> bytes:
     from iree.compiler.tools import compile_str
 
@@ -135,10 +137,11 @@ def runners(rows: int, source, threads: int) -> Tuple[int, Dict[str, Callable[[i
     expected = {"q.k^T": np.einsum("hgd,hrd->hgr", small["q.k^T"], caches[0]),
                 "p.v": np.einsum("hgr,hrd->hgd", small["p.v"], caches[0]), "row sum": caches[0].sum(axis=2)}
     out: Dict[str, Callable[[int], None]] = {"numpy read": numpy_read(caches, threads)}
+    on_device = None  # the caches' device copies, made once: the modules share the process's device
     for kernel in KERNELS:
         vmfb = open(os.path.join(source, file_name(kernel)), "rb").read() if source else compile_kernel(kernel, "host")
         module = IreeCompiledModule(vmfb, "f", [np.float32], threads=threads)
-        on_device = [module.to_device(c) for c in caches]
+        on_device = on_device or [module.to_device(c) for c in caches]
         args = [module.to_device(small[kernel])] if kernel in small else []
         out[kernel] = lambda i, m=module, d=on_device, a=args: m.invoke_device("f", *a, d[i % len(d)])
         diff = np.abs(out[kernel](0)[0].numpy() - expected[kernel]).max()
