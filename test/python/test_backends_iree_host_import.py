@@ -8,11 +8,11 @@ after a function's first call unless the function writes or returns them.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from gqa_torch_mlir import InferenceSession
-from concurrent.futures import ThreadPoolExecutor
-
 from gqa_torch_mlir.backends.iree.host_import import ALIGNMENT, MIN_BYTES, aligned_empty, copy_split, readable_in_place, stageable
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
