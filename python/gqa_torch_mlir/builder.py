@@ -286,16 +286,25 @@ class TorchBuilder:
         """``torch.prim.Loop`` for i in [0, count), carrying one tensor: ``body(inner, i, carried)``
         emits one iteration with the builder ``inner`` (into the loop's region; ``i`` a !torch.int)
         and returns the next carried tensor, of ``init``'s type (refined types are cast)."""
-        type_text = vtensor_type_text(init.shape, init.dtype)
-        operands = [self.dim_value(count), self.bool(True), init.value]
+        (result,) = self.loop_each(count, [init], lambda inner, i, carried: [body(inner, i, carried[0])])
+        return result
+
+    def loop_each(self, count: Dim, inits: Sequence[Tensor], body) -> List[Tensor]:
+        """:meth:`loop` carrying several tensors: ``body(inner, i, carried)`` takes and returns a list
+        of them, each of its ``inits``' type."""
+        type_texts = [vtensor_type_text(t.shape, t.dtype) for t in inits]
+        operands = [self.dim_value(count), self.bool(True)] + [t.value for t in inits]
         loop_op = self.ir.Operation.create(
-            "torch.prim.Loop", results=[self.types.get(type_text)], operands=operands, regions=1, loc=self.loc, ip=self.ip
+            "torch.prim.Loop", results=[self.types.get(t) for t in type_texts], operands=operands, regions=1, loc=self.loc, ip=self.ip
         )
-        block = loop_op.regions[0].blocks.append(self.types.get("!torch.int"), self.types.get(type_text), arg_locs=[self.loc] * 2)
+        arg_types = [self.types.get("!torch.int")] + [self.types.get(t) for t in type_texts]
+        block = loop_op.regions[0].blocks.append(*arg_types, arg_locs=[self.loc] * len(arg_types))
         inner = TorchBuilder(self.ir, self.types, self.ir.InsertionPoint(block), self.loc)
-        carried = body(inner, block.arguments[0], Tensor(block.arguments[1], tuple(init.shape), init.dtype))
-        inner.op("torch.prim.Loop.condition", [inner.bool(True), inner.static_info_cast(carried, type_text)], [])
-        return Tensor(loop_op.results[0], tuple(init.shape), init.dtype)
+        carried = [Tensor(a, tuple(t.shape), t.dtype) for a, t in zip(list(block.arguments)[1:], inits)]
+        nexts = body(inner, block.arguments[0], carried)
+        yielded = [inner.static_info_cast(t, text) for t, text in zip(nexts, type_texts)]
+        inner.op("torch.prim.Loop.condition", [inner.bool(True)] + yielded, [])
+        return [Tensor(r, tuple(t.shape), t.dtype) for r, t in zip(loop_op.results, inits)]
 
     def runtime_check(self, ok: Tensor, message: str) -> None:
         """Assert at run time that every element of the i1 tensor ``ok`` holds.

@@ -12,8 +12,9 @@ A query length known only at run time (the exporters' dynamic axes) takes the
 blocks in a loop (:func:`looped`) when it is LOOP_FROM rows or more, each
 block ROWS rows (the last padded); IREE's CPU code for the whole step's
 matmuls, with every size dynamic, ran a 512-token prefill at 3.5x
-onnxruntime's time.  Before that branch, a decode step's single row takes one of
-its own to static shapes (:func:`one_row_branch`).
+onnxruntime's time.  On the CPU, GroupQueryAttention's blocks take their keys in
+chunks of static size (common/key_chunks.py).  Before that branch, a decode
+step's single row takes one of its own to static shapes (:func:`one_row_branch`).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from typing import List, Optional
 from ....binder import OpBinder
 from ....builder import Tensor, TorchBuilder
 from ....registry import onnx_op
-from .attention import decomposed_attention, needs_scores, sdpa_attention
+from .attention import chunked_attention, decomposed_attention, needs_scores, sdpa_attention
 from .checks import check_rotary_rows, check_total, checked_rotary_positions
 from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
@@ -160,9 +160,13 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
     def attend_block(inner, block_step, q, k, v, visible, read):  # some of the query rows (no bias, no output_qk)
         return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
 
+    def attend_chunks(inner, q, k, v, visible, keys):  # a block of query rows over the keys in chunks (CPU)
+        return chunked_attention(inner, attrs, ins, q, k, v, visible, keys, factors)
+
     def whole(inner):  # all S query rows
         if can_loop(b.options, attrs, step, bias):  # a run-time S: in a loop of blocks from LOOP_FROM rows on
-            return looped_attention(inner, attend_block, step, *rows), None
+            chunked = attend_chunks if b.options.device == "cpu" else None
+            return looped_attention(inner, attend_block, step, *rows, chunked=chunked), None
         return decomposed_attention(inner, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, factors)
 
     if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static

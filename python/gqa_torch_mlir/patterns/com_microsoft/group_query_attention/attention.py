@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, unless_empty
+from ...common.key_chunks import online_attention
 from ...common.grouped import grouped, grouped_per_head, grouped_sink, per_grouped_row, ungrouped
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
@@ -120,6 +121,32 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
         raw_BHST = tb.where_else_scalar(qk_written(tb, step, ins, tb.unsqueeze(visible_BST, 1)), raw_BHST, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw_BHST, step, ins), dtype)
     return tb.to_dtype(ungrouped(tb, attn_BHkvGSDh, G, S), dtype), qk  # -> [B,H,S,Dh]
+
+
+def chunked_attention(tb, attrs, ins, query_BHSbDh, key_BHkvTpDh, value_BHkvTpDh, visible_BSbTp, keys, factors=(None, None)) -> Tensor:
+    """:func:`decomposed_attention`'s result for one block of query rows (no bias, no output_qk) over
+    the keys [0, ``keys``), in chunks of static size (common/key_chunks.py): K, V and the visible
+    keys padded to whole chunks, K and V in f32 and V's unread rows zeroed.  [B,H,Sb,Dh]."""
+    dtype, Hkv, Sb = query_BHSbDh.dtype, attrs.kv_num_heads, query_BHSbDh.shape[2]
+    G = attrs.num_heads // Hkv
+    q_BHkvGSbDh = grouped(tb, tb.to_dtype(query_BHSbDh, "f32"), Hkv)  # [B,H,Sb,Dh] -> [B,Hkv,G*Sb,Dh]
+
+    def scores(inner, qk_BHkvGSbC):  # as decomposed_attention scales (and caps) its scores
+        if factors[0] is not None:
+            qk_BHkvGSbC = inner.mul(qk_BHkvGSbC, factors[0])
+        qk_BHkvGSbC = inner.mul_scalar(qk_BHkvGSbC, effective_scale(attrs, ins.head_size))
+        return soft_cap(inner, qk_BHkvGSbC, attrs.softcap) if attrs.softcap > 0 else qk_BHkvGSbC
+
+    visible_B1GSbTp = per_grouped_row(tb, tb.unsqueeze(visible_BSbTp, 1), G, Sb)  # [B,Sb,Tp] -> [B,1,G*Sb,Tp]
+    sink = None
+    if ins.head_sink is not None:
+        sink = grouped_sink(tb, tb.to_dtype(ins.head_sink, "f32"), Hkv, Sb)  # -> [1,Hkv,G*Sb,1]
+    elif attrs.smooth_softmax:
+        sink = tb.full_sized([1, 1, 1, 1], 0.0, "f32")  # sink logit 0
+    attn_BHkvGSbDh = online_attention(tb, q_BHkvGSbDh, key_BHkvTpDh, value_BHkvTpDh, visible_B1GSbTp, keys, scores, sink)
+    if factors[1] is not None:
+        attn_BHkvGSbDh = tb.mul(attn_BHkvGSbDh, factors[1])  # x v_scale [1]
+    return tb.to_dtype(ungrouped(tb, attn_BHkvGSbDh, G, Sb), dtype)  # -> [B,H,Sb,Dh]
 
 
 def masked_exp(tb, attrs, scores_BRT, visible_BRT, sink_BR1) -> Tuple[Tensor, Tensor]:

@@ -11,7 +11,9 @@ position-indexed cache (no window cache), no attention_bias, no output_qk.
 Static sizes give unrolled blocks; a query length known only at run time
 takes them in a loop from common/query_blocks.LOOP_FROM rows on (a branch)
 with the pass option prefill_loop=on, the default.  The blocks' attention is
-the decomposed form's.
+the decomposed form's; in the loop on the CPU (device=cpu) each block takes
+its keys in chunks of 64 with an online softmax (attention.py's
+chunked_attention, common/key_chunks.py), every chunk's shapes static.
 
 A query length known only at run time first branches on S == 1: a decode
 step's one row is attended with static shapes (and, for a run-time batch
@@ -23,7 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....builder import Tensor, TorchBuilder
+from ...common.key_chunks import padded_keys
 from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, one_row_branch, padded_rows, row_blocks
+from .masks import zero_unread_rows
 
 
 def can_block(attrs, step, key_BHkvRDh: Tensor, bias) -> bool:
@@ -68,9 +72,11 @@ def blocked_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, 
     return joined(tb, blocks)
 
 
-def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R) -> Tensor:
+def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R,
+                     chunked=None) -> Tensor:
     """A run-time query length: ``attend`` over blocks of ROWS rows in a loop when S >= LOOP_FROM,
-    else over all of S; [B,H,S,Dh]."""
+    else over all of S; [B,H,S,Dh].  With ``chunked(inner, q, k, v, visible, keys)`` (attention.py's
+    chunked_attention) the blocks take the keys in chunks of static size instead (CPU)."""
     S, R = step.S, tb.size(key_BHkvRDh, 2)
 
     def whole(inner: TorchBuilder) -> Tensor:
@@ -80,12 +86,16 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
     def in_blocks(inner: TorchBuilder) -> Tensor:
         q_BHSpDh = padded_rows(inner, query_BHSDh, 2, S)  # [B,H,S,Dh] -> [B,H,S_pad,Dh]
         visible_BSpR = padded_rows(inner, visible_BSR, 1, S)  # [B,S,R] -> [B,S_pad,R]
+        block_of = chunks_block(inner, chunked, key_BHkvRDh, value_BHkvRDh, visible_BSpR, read_B1R) if chunked else None
 
         def block(it: TorchBuilder, start) -> Tensor:
             q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
-            visible_BSbR = it.slice_rows(visible_BSpR, 1, start, ROWS)  # -> [B,ROWS,R]
             keys = it.dim_min(R, it.dim_add(it.dim_sub(R, S), it.dim_add(start, ROWS)))  # [0, R - S + stop)
-            attn_BHSbDh = attend_block(it, attend, step, ROWS, q_BHSbDh, visible_BSbR, key_BHkvRDh, value_BHkvRDh, read_B1R, keys)
+            if block_of:
+                attn_BHSbDh = block_of(it, q_BHSbDh, start, keys)
+            else:
+                visible_BSbR = it.slice_rows(visible_BSpR, 1, start, ROWS)  # -> [B,ROWS,R]
+                attn_BHSbDh = attend_block(it, attend, step, ROWS, q_BHSbDh, visible_BSbR, key_BHkvRDh, value_BHkvRDh, read_B1R, keys)
             return it.transpose(attn_BHSbDh, 1, 2)  # -> [B,ROWS,H,Dh]
 
         sizes = (inner.size(query_BHSDh, 0), inner.size(query_BHSDh, 1), inner.size(query_BHSDh, 3))
@@ -97,6 +107,22 @@ def looped_attention(tb: TorchBuilder, attend, step, query_BHSDh, key_BHkvRDh, v
     B, _, H, Dh = query_BHSDh.shape
     attn_BSHDh = tb.if_else(tb.dim_le(LOOP_FROM, S), (B, None, H, Dh), query_BHSDh.dtype, in_blocks, whole)
     return tb.transpose(attn_BSHDh, 1, 2)  # -> [B,H,S,Dh]
+
+
+def chunks_block(tb: TorchBuilder, chunked, key_BHkvRDh, value_BHkvRDh, visible_BSpR, read_B1R):
+    """K, V and the visible keys padded to whole key chunks once, before the loop (V's unread rows
+    zeroed: a 0 probability times a NaN row is NaN); returns ``block(inner, q_BHSbDh, start, keys)``,
+    the attention of the query rows [start, start + ROWS) over the keys [0, keys): [B,H,ROWS,Dh]."""
+    value_BHkvRDh = value_BHkvRDh if read_B1R is None else zero_unread_rows(tb, read_B1R, value_BHkvRDh)
+    k_BHkvTpDh = padded_keys(tb, tb.to_dtype(key_BHkvRDh, "f32"), 2)  # [B,Hkv,R,Dh] -> [B,Hkv,Tp,Dh]
+    v_BHkvTpDh = padded_keys(tb, tb.to_dtype(value_BHkvRDh, "f32"), 2)
+    visible_BSpTp = padded_keys(tb, visible_BSpR, 2)  # [B,S_pad,R] -> [B,S_pad,Tp]
+
+    def block(inner: TorchBuilder, q_BHSbDh, start, keys) -> Tensor:
+        visible_BSbTp = inner.slice_rows(visible_BSpTp, 1, start, ROWS)  # -> [B,ROWS,Tp]
+        return chunked(inner, q_BHSbDh, k_BHkvTpDh, v_BHkvTpDh, visible_BSbTp, keys)
+
+    return block
 
 
 def can_take_one_row_apart(options, attrs, step, bias) -> bool:
