@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ...builder import Dim, Tensor, TorchBuilder
+from .query_blocks import padded_to_multiple
 
 KEYS = 64  # keys per chunk: the blocks' step (ROWS), so a block reads no chunk past its last key; 128, 256 measured slower
 NEG_INF = float("-inf")
@@ -42,11 +43,7 @@ def chunks_of(tb: TorchBuilder, keys: Dim) -> Dim:
 
 def padded_keys(tb: TorchBuilder, t: Tensor, dim: int) -> Tensor:
     """``t`` with its key ``dim`` padded to whole chunks, with zeros (false for a mask)."""
-    T = tb.size(t, dim)
-    extra = tb.dim_sub(tb.dim_mul(chunks_of(tb, T), KEYS), T)
-    if t.dtype == "i1":  # constant_pad_nd pads numbers: through si8
-        return tb.ne_scalar(tb.pad_dim_end(tb.to_dtype(t, "si8"), dim, extra), 0)
-    return tb.pad_dim_end(t, dim, extra)
+    return padded_to_multiple(tb, t, dim, tb.size(t, dim), KEYS)
 
 
 def online_attention(tb: TorchBuilder, q_BHkvRDh: Tensor, k_BHkvTpDh: Tensor, v_BHkvTpDv: Tensor, visible_B1RTp: Tensor,

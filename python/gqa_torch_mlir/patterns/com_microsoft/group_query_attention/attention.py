@@ -98,11 +98,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
-    if factors[0] is not None:
-        scores_BHkvGST = tb.mul(scores_BHkvGST, factors[0])  # x k_scale [1]
-    scores_BHkvGST = tb.mul_scalar(scores_BHkvGST, effective_scale(attrs, ins.head_size))
-    if attrs.softcap > 0:
-        scores_BHkvGST = soft_cap(tb, scores_BHkvGST, attrs.softcap)
+    scores_BHkvGST = scaled_scores(tb, attrs, ins, scores_BHkvGST, factors[0])
     if bias is not None:
         scores_BHkvGST = tb.add(scores_BHkvGST, grouped_per_head(tb, tb.to_dtype(bias, "f32"), attrs.num_heads, Hkv, S))
     visible_B1GST = per_grouped_row(tb, tb.unsqueeze(visible_BST, 1), G, S)  # [B,S,T] -> [B,1,S,T] -> [B,1,G*S,T]
@@ -123,6 +119,14 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     return tb.to_dtype(ungrouped(tb, attn_BHkvGSDh, G, S), dtype), qk  # -> [B,H,S,Dh]
 
 
+def scaled_scores(tb, attrs, ins, qk_BHkvGST: Tensor, key_factor: Optional[Tensor]) -> Tensor:
+    """Q.K^T times k_scale (a PER_TENSOR cache's factor, or None) and the op's scale, then softcapped."""
+    if key_factor is not None:
+        qk_BHkvGST = tb.mul(qk_BHkvGST, key_factor)  # x k_scale [1]
+    qk_BHkvGST = tb.mul_scalar(qk_BHkvGST, effective_scale(attrs, ins.head_size))
+    return soft_cap(tb, qk_BHkvGST, attrs.softcap) if attrs.softcap > 0 else qk_BHkvGST
+
+
 def chunked_attention(tb, attrs, ins, query_BHSbDh, key_BHkvTpDh, value_BHkvTpDh, visible_BSbTp, keys, factors=(None, None)) -> Tensor:
     """:func:`decomposed_attention`'s result for one block of query rows (no bias, no output_qk) over
     the keys [0, ``keys``), in chunks of static size (common/key_chunks.py): K, V and the visible
@@ -132,10 +136,7 @@ def chunked_attention(tb, attrs, ins, query_BHSbDh, key_BHkvTpDh, value_BHkvTpDh
     q_BHkvGSbDh = grouped(tb, tb.to_dtype(query_BHSbDh, "f32"), Hkv)  # [B,H,Sb,Dh] -> [B,Hkv,G*Sb,Dh]
 
     def scores(inner, qk_BHkvGSbC):  # as decomposed_attention scales (and caps) its scores
-        if factors[0] is not None:
-            qk_BHkvGSbC = inner.mul(qk_BHkvGSbC, factors[0])
-        qk_BHkvGSbC = inner.mul_scalar(qk_BHkvGSbC, effective_scale(attrs, ins.head_size))
-        return soft_cap(inner, qk_BHkvGSbC, attrs.softcap) if attrs.softcap > 0 else qk_BHkvGSbC
+        return scaled_scores(inner, attrs, ins, qk_BHkvGSbC, factors[0])
 
     visible_B1GSbTp = per_grouped_row(tb, tb.unsqueeze(visible_BSbTp, 1), G, Sb)  # [B,Sb,Tp] -> [B,1,G*Sb,Tp]
     sink = None
