@@ -92,12 +92,13 @@ def padded_rows(tb: TorchBuilder, t: Tensor, dim: int, S: Dim) -> Tensor:
     return padded_to_multiple(tb, t, dim, S, ROWS)
 
 
-def padded_to_multiple(tb: TorchBuilder, t: Tensor, dim: int, size: Dim, multiple: int) -> Tensor:
-    """``t`` with its ``dim`` (``size`` long) padded to the next multiple of ``multiple`` (zeros / false)."""
+def padded_to_multiple(tb: TorchBuilder, t: Tensor, dim: int, size: Dim, multiple: int, value: float = 0.0) -> Tensor:
+    """``t`` with its ``dim`` (``size`` long) padded to the next multiple of ``multiple`` with
+    ``value`` (false for a mask)."""
     padded = tb.dim_mul(tb.dim_floordiv(tb.dim_add(size, multiple - 1), multiple), multiple)
     if t.dtype == "i1":  # constant_pad_nd pads numbers: through si8
         return tb.ne_scalar(tb.pad_dim_end(tb.to_dtype(t, "si8"), dim, tb.dim_sub(padded, size)), 0)
-    return tb.pad_dim_end(t, dim, tb.dim_sub(padded, size))
+    return tb.pad_dim_end(t, dim, tb.dim_sub(padded, size), value)
 
 
 def one_row_branch(tb: TorchBuilder, S: Dim, B: Dim, shape, seq_dim: int, dtype: str, one_row, other_lengths,

@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
 from ...common.attention import soft_cap, unless_empty
-from ...common.key_chunks import online_attention
+from ...common.key_chunks import chunk, online_attention
 from ...common.grouped import grouped, grouped_per_head, grouped_sink, per_grouped_row, ungrouped
 from .inputs import GqaInputs, NEG_INF, Step
 from .masks import reads_a_prefix, zero_unread_rows
@@ -135,16 +135,18 @@ def chunked_attention(tb, attrs, ins, query_BHSbDh, key_BHkvTpDh, value_BHkvTpDh
     G = attrs.num_heads // Hkv
     q_BHkvGSbDh = grouped(tb, tb.to_dtype(query_BHSbDh, "f32"), Hkv)  # [B,H,Sb,Dh] -> [B,Hkv,G*Sb,Dh]
 
-    def scores(inner, qk_BHkvGSbC):  # as decomposed_attention scales (and caps) its scores
-        return scaled_scores(inner, attrs, ins, qk_BHkvGSbC, factors[0])
-
     visible_B1GSbTp = per_grouped_row(tb, tb.unsqueeze(visible_BSbTp, 1), G, Sb)  # [B,Sb,Tp] -> [B,1,G*Sb,Tp]
+
+    def scores(inner, qk_BHkvGSbC, start):  # as decomposed_attention scales (and caps) its scores, then masks them
+        visible_B1GSbC = chunk(inner, visible_B1GSbTp, 3, start)  # [B,1,G*Sb,Tp] -> [B,1,G*Sb,KEYS]
+        return inner.where_else_scalar(visible_B1GSbC, scaled_scores(inner, attrs, ins, qk_BHkvGSbC, factors[0]), NEG_INF)
+
     sink = None
     if ins.head_sink is not None:
         sink = grouped_sink(tb, tb.to_dtype(ins.head_sink, "f32"), Hkv, Sb)  # -> [1,Hkv,G*Sb,1]
     elif attrs.smooth_softmax:
         sink = tb.full_sized([1, 1, 1, 1], 0.0, "f32")  # sink logit 0
-    attn_BHkvGSbDh = online_attention(tb, q_BHkvGSbDh, key_BHkvTpDh, value_BHkvTpDh, visible_B1GSbTp, keys, scores, sink)
+    attn_BHkvGSbDh = online_attention(tb, q_BHkvGSbDh, key_BHkvTpDh, value_BHkvTpDh, keys, scores, sink)
     if factors[1] is not None:
         attn_BHkvGSbDh = tb.mul(attn_BHkvGSbDh, factors[1])  # x v_scale [1]
     return tb.to_dtype(ungrouped(tb, attn_BHkvGSbDh, G, Sb), dtype)  # -> [B,H,Sb,Dh]
