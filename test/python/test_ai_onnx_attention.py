@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import onnx
 import pytest
 
 from gqa_torch_mlir import InferenceSession, compile
@@ -20,7 +19,7 @@ from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.testing import tiers
 from gqa_torch_mlir.testing.standard_attention import AttentionConfig as C
 from gqa_torch_mlir.testing.standard_attention import MaskSpec as M
-from gqa_torch_mlir.testing.standard_attention import make_inputs, make_model, run_onnxruntime
+from gqa_torch_mlir.testing.standard_attention import make_inputs, make_model, run_onnxruntime, with_symbolic_dims
 
 TOLERANCE = {np.float32: 1e-4, np.float16: 2e-2, np.float64: 1e-6}
 
@@ -132,21 +131,11 @@ def test_blocked_prefill_matches_onnxruntime(cfg, blocks, backend):
     _check(cfg, backend)
 
 
-def _dynamic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
-    """The model with its graph inputs' and outputs' ``dims`` ({size: name}) made symbolic."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for value in list(model.graph.input) + list(model.graph.output):
-        for d in value.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value in dims:
-                d.dim_param = dims[d.dim_value]
-    return model
-
-
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_dynamic_batch_and_lengths(backend):
     """The exporter's form: batch, query, key and past lengths only known at run time."""
     cfg = C(B=2, S=3, L=3, P=5, present=True, is_causal=True, rank3=True, mask=M("bool", "B1ST"), H=4, Hkv=2, Dh=16)
-    model = _dynamic(make_model(cfg), {2: "batch", 3: "seq", 5: "past", 8: "total"})
+    model = with_symbolic_dims(make_model(cfg), {2: "batch", 3: "seq", 5: "past", 8: "total"})
     feeds = make_inputs(cfg, 1)
     expected = run_onnxruntime(model, feeds)
     got = InferenceSession(model, backend=backend).run(None, feeds)
@@ -160,7 +149,7 @@ def test_dynamic_decode_row_apart_matches_onnxruntime(backend):
     on S == 1: IREE's CPU matmuls with the query rows dynamic ran at a fraction of the speed;
     and on B == 1 inside it), other lengths the whole; one model fed all in turn."""
     probe = C(B=3, S=6, L=6, P=5, present=True, is_causal=True, rank3=True, mask=M("bool", "B1ST"), H=8, Hkv=2, Dh=16)
-    model = _dynamic(make_model(probe), {3: "batch", 6: "seq", 5: "past", 11: "total"})
+    model = with_symbolic_dims(make_model(probe), {3: "batch", 6: "seq", 5: "past", 11: "total"})
     torch_ir = str(compile(model, "torch"))
     assert "!torch.vtensor<[?,2,4,?],f32>" in torch_ir  # one row's grouped scores [B,Hkv,G*1,T]
     assert "!torch.vtensor<[1,2,4,?],f32>" in torch_ir  # a batch of one's
@@ -185,7 +174,7 @@ LOOPED = [
 @pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
 def test_prefill_loop_matches_onnxruntime(backend):
     for probe, steps in LOOPED:
-        model = _dynamic(make_model(probe), {161: "seq", 7: "past", 168: "total"} if probe.L > 1 else {161: "seq"})
+        model = with_symbolic_dims(make_model(probe), {161: "seq", 7: "past", 168: "total"} if probe.L > 1 else {161: "seq"})
         assert "torch.prim.Loop" in str(compile(model, "torch", options=LoweringOptions(prefill_loop="on")))
         session = InferenceSession(model, backend=backend, prefill_loop="on")
         for S, L, P in steps:
@@ -195,6 +184,58 @@ def test_prefill_loop_matches_onnxruntime(backend):
             for have, (name, want) in zip(got, run_onnxruntime(make_model(cfg), feeds).items()):
                 np.testing.assert_allclose(have, want, rtol=0, atol=1e-4, err_msg=f"{name} S={S} L={L} P={P}")
 
+
+
+# On the CPU in f32 the loop's blocks take their keys in chunks of 64, the softmax carried across them
+# online (common/key_chunks.py); what the mask does must come out as the whole softmax's. The masks
+# let a row see keys from LATE on only: a block's first chunk then holds no key its rows see (their
+# running maximum the lowest value, or -inf, until a later chunk), and the rows with no key at all
+# before LATE are onnxruntime's zero rows. MQA with another V head size and a softcap, a float mask
+# per head, a batch of two and a past ride along. Each model fed a prompt and a chunk after a past.
+LATE = 70
+CHUNKED = [
+    C(S=161, L=161, is_causal=True, H=8, Hkv=2, Dh=16, mask=M("bool", "ST")),
+    C(S=161, L=161, P=7, present=True, is_causal=True, H=8, Hkv=1, Dh=16, Dv=8, softcap=2.0,
+      mask=M("float", "1HST", float_fill="lowest")),
+    C(S=161, L=161, P=7, present=True, is_causal=True, H=8, Hkv=2, Dh=16, B=2, rank3=True, scale=0.3,
+      mask=M("float", "B1ST", float_fill="neginf")),
+    C(S=161, L=161, P=7, present=True, is_causal=True, H=8, Hkv=2, Dh=16, mask=M("float", "ST", float_fill="mixed")),
+]
+CHUNKED_ON = tiers.across(CHUNKED, ["iree-cpu", "refbackend"])
+
+
+def _late_keys(mask: np.ndarray, cfg: C) -> np.ndarray:
+    """``mask`` with every key before LATE excluded (False, or the mask's own fill)."""
+    late = np.arange(mask.shape[-1]) >= LATE
+    if mask.dtype == np.bool_:
+        return mask & late
+    fill = np.finfo(mask.dtype).min if cfg.mask.float_fill == "lowest" else -np.inf
+    return np.where(late, mask, fill).astype(mask.dtype)
+
+
+@pytest.mark.parametrize("probe,backend", CHUNKED_ON, ids=[f"{c.name}-{b}" for c, b in CHUNKED_ON])
+def test_prefill_loop_key_chunks_match_onnxruntime(probe, backend):
+    model = with_symbolic_dims(make_model(probe), {161: "seq", 7: "past", 168: "total"} if probe.P else {161: "seq"})
+    G = probe.H // probe.Hkv
+    assert f"!torch.vtensor<[{probe.B},{probe.Hkv},{G * 64},64],f32>" in str(compile(model, "torch"))  # a chunk's scores
+    session = InferenceSession(model, backend=backend)
+    for S, P in [(200, 5 if probe.P else 0), (150, 90 if probe.P else 0)]:
+        cfg = dataclasses.replace(probe, S=S, L=S, P=P)
+        feeds = make_inputs(cfg, S + P)
+        feeds["attn_mask"] = _late_keys(feeds["attn_mask"], cfg)
+        want = run_onnxruntime(make_model(cfg), feeds)
+        if P < LATE:  # rows s + P < LATE see no key
+            assert (want["Y"] == 0).all(axis=-1).any(), "no zero row: the case does not probe them"
+        for have, (name, want_) in zip(session.run(None, feeds), want.items()):
+            np.testing.assert_allclose(have, want_, rtol=0, atol=1e-4, err_msg=f"{name} S={S} P={P} on {backend}")
+
+
+def test_prefill_loop_key_chunks_only_in_f32():
+    """An f16 step rounds each stage to f16 (onnxruntime's kernel), which a softmax carried across
+    chunks cannot: its loop's blocks take their keys whole."""
+    probe = C(S=161, L=161, is_causal=True, H=8, Hkv=2, Dh=16, mask=M("bool", "ST"), dtype=np.float16)
+    torch_ir = str(compile(with_symbolic_dims(make_model(probe), {161: "seq"}), "torch"))
+    assert "torch.prim.Loop" in torch_ir and ",64],f32>" not in torch_ir
 
 REFUSALS = [
     (C(H=4, Hkv=3), "q_num_heads (4) must be a multiple of kv_num_heads (3)"),

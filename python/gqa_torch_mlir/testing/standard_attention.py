@@ -44,6 +44,7 @@ __all__ = [
     "ATTENTION_OUTPUTS",
     "make_model",
     "make_inputs",
+    "with_symbolic_dims",
     # RotaryEmbedding
     "RotaryConfig",
     "make_rotary_model",
@@ -278,6 +279,17 @@ def make_model(cfg: AttentionConfig) -> onnx.ModelProto:
     node = helper.make_node("Attention", node_inputs, node_outputs, name="attention", **attrs)
     graph = helper.make_graph([node], f"attention_{cfg.name}", graph_inputs, graph_outputs)
     return _finalize(graph, cfg.opset)
+
+
+def with_symbolic_dims(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
+    """A copy of ``model`` with its graph inputs' and outputs' ``dims`` ({size: name}) made
+    symbolic: the exporters' dynamic axes."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in list(model.graph.input) + list(model.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value in dims:
+                d.dim_param = dims[d.dim_value]
+    return model
 
 
 def _nonpad_lens(cfg: AttentionConfig, rng: np.random.Generator) -> np.ndarray:

@@ -26,7 +26,7 @@ from ....registry import Refusal, onnx_op
 from .compute import grouped_attention, sdpa_attention
 from .inputs import AttentionInputs, read_inputs
 from .masks import key_mask
-from .query_blocks import blocked_attention, can_block, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
+from .query_blocks import blocked_attention, can_block, can_chunk, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
 from .support import OUTPUTS, read_attributes, runs_function_body
 
 
@@ -68,7 +68,8 @@ def whole(tb: TorchBuilder, b: OpBinder, attrs, ins: AttentionInputs, key_BHkvTD
     """All S query rows: in a loop of blocks for a run-time S with prefill_loop=on (query_blocks.py),
     else at once; (Y [B,H,S,Dv], qk_matmul_output or None)."""
     if can_loop(b.options, attrs, mask, tb.size(ins.query_BHSDh, 2)):
-        return looped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3), None
+        chunked = can_chunk(b.options, attrs, ins.query_BHSDh.dtype)
+        return looped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask, P, ins.rank3, chunked), None
     return grouped_attention(tb, attrs, ins.query_BHSDh, key_BHkvTDh, value_BHkvTDv, mask)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from ....builder import Tensor, TorchBuilder
 from ...common.attention import soft_cap, unless_empty
 from ...common.grouped import grouped, grouped_per_head, ungrouped
+from ...common.key_chunks import chunk, online_attention
 from .masks import KeyMask
 from .support import AttentionAttributes, excluded_value
 
@@ -71,6 +72,27 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     y_BHSDv = ungrouped(tb, y_BHkvGSDv, G, S)  # -> [B,H,S,Dv]
     qk = tb.to_dtype(ungrouped(tb, stages[attrs.qk_mode], G, S), dtype) if attrs.qk_mode >= 0 else None  # -> [B,H,S,T]
     return tb.to_dtype(y_BHSDv, dtype), qk
+
+
+def chunked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSbDh: Tensor, k_BHkvTpDh: Tensor, v_BHkvTpDv: Tensor,
+                      bias_BHSbTp: Tensor, keys) -> Tensor:
+    """:func:`grouped_attention`'s Y for one block of f32 query rows (no nonpad, no qk_matmul_output)
+    over the keys [0, ``keys``), in chunks of static size (common/key_chunks.py): K/V padded to
+    whole chunks, and the bias [B|1,H|1,Sb,Tp] with them, -inf at the padding and in the rows
+    with no key to see (onnxruntime's zero rows: their sum stays 0).  [B,H,Sb,Dv]."""
+    H, Hkv, Sb = q_BHSbDh.shape[1], k_BHkvTpDh.shape[1], q_BHSbDh.shape[2]
+    q_BHkvGSbDh = grouped(tb, q_BHSbDh, Hkv)  # [B,H,Sb,Dh] -> [B,Hkv,G*Sb,Dh]
+    scale = effective_scale(attrs, q_BHSbDh.shape[3])
+
+    def scores(inner: TorchBuilder, qk_BHkvGSbC: Tensor, start) -> Tensor:  # grouped_attention's stages 0-2
+        scores_BHkvGSbC = inner.mul_scalar(qk_BHkvGSbC, scale)
+        if attrs.softcap > 0:
+            scores_BHkvGSbC = soft_cap(inner, scores_BHkvGSbC, attrs.softcap)
+        bias_BHSbC = chunk(inner, bias_BHSbTp, 3, start)  # [..,Sb,Tp] -> [..,Sb,KEYS]
+        return inner.add(scores_BHkvGSbC, grouped_per_head(inner, bias_BHSbC, H, Hkv, Sb))  # + [B|1,Hkv|1,G*Sb,KEYS]
+
+    y_BHkvGSbDv = online_attention(tb, q_BHkvGSbDh, k_BHkvTpDh, v_BHkvTpDv, keys, scores)
+    return ungrouped(tb, y_BHkvGSbDv, H // Hkv, Sb)  # -> [B,H,Sb,Dv]
 
 
 def softmax(tb: TorchBuilder, scores_BRT: Tensor) -> Tensor:

@@ -14,7 +14,10 @@ qk_matmul_output.  Static sizes give unrolled blocks; a query length known
 only at run time takes them in a loop from common/query_blocks.LOOP_FROM
 rows on with the pass option prefill_loop=on, the default (a branch, taken
 after the one on S == 1: a decode step's single row is attended with static
-shapes, :func:`one_row_apart`).  Each block's attention is compute.py's.
+shapes, :func:`one_row_apart`).  Each block's attention is compute.py's; in
+the loop on the CPU in f32 each block takes its keys in chunks of 64 with an
+online softmax (compute.chunked_attention, common/key_chunks.py), every
+chunk's shapes static.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ....builder import Dim, Tensor, TorchBuilder
+from ...common.key_chunks import NEG_INF, padded_keys
 from ...common.query_blocks import LOOP_FROM, ROWS, joined, long_enough, looped, one_row_branch, padded_rows, row_blocks
-from .compute import grouped_attention
+from .compute import chunked_attention, grouped_attention
 from .masks import KeyMask
 from .support import AttentionAttributes
 
@@ -71,11 +75,19 @@ def can_loop(options, attrs: AttentionAttributes, mask: Optional[KeyMask], S: Di
     )
 
 
+def can_chunk(options, attrs: AttentionAttributes, dtype: str) -> bool:
+    """Whether the loop's blocks take their keys in chunks (compute.chunked_attention): on the CPU,
+    f32 (an f16 step rounds each stage to f16, which a softmax carried across chunks cannot; f64
+    is computed in f64)."""
+    return options.device == "cpu" and dtype == "f32" and not attrs.softmax_f32
+
+
 def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor,
-                     mask: KeyMask, P: Dim, rank3: bool) -> Tensor:
+                     mask: KeyMask, P: Dim, rank3: bool, chunked: bool = False) -> Tensor:
     """compute.py's grouped attention over blocks of ROWS query rows in a loop when the run-time
     S >= LOOP_FROM, else over all of S: [B,H,S,Dv] in Q's type (``rank3``: the branches give
-    the [B,S,H*Dv] output's layout, so that no transpose follows the branch)."""
+    the [B,S,H*Dv] output's layout, so that no transpose follows the branch).  ``chunked``
+    (:func:`can_chunk`): each block's keys in chunks of static size instead."""
     S, T = tb.size(q_BHSDh, 2), tb.size(k_BHkvTDh, 2)
     sizes = (tb.size(q_BHSDh, 0), tb.size(q_BHSDh, 1), tb.size(v_BHkvTDv, 3))
 
@@ -91,12 +103,15 @@ def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tens
         # after a past): broadcast to S rows before they are padded and sliced.
         bias_BHSpT = padded_rows(inner, inner.expand(mask.bias, [-1, -1, S, -1]), 2, S)  # [B|1,H|1,S|1,T] -> [..,S_pad,T]
         empty_BHSp1 = padded_rows(inner, inner.expand(mask.full_rows, [-1, -1, S, -1]), 2, S)  # [..,S|1,1] -> [..,S_pad,1]
+        block_of = chunks_block(inner, attrs, k_BHkvTDh, v_BHkvTDv, bias_BHSpT, empty_BHSp1) if chunked else None
 
         def block(it: TorchBuilder, start) -> Tensor:
             q_BHSbDh = it.slice_rows(q_BHSpDh, 2, start, ROWS)  # -> [B,H,ROWS,Dh]
+            keys = it.dim_min(T, it.dim_add(P, it.dim_add(start, ROWS)))  # [0, P + stop)
+            if block_of:
+                return laid_out(it, block_of(it, q_BHSbDh, start, keys))
             bias_BHSbT = it.slice_rows(bias_BHSpT, 2, start, ROWS)  # -> [..,ROWS,T]
             empty_BHSb1 = it.slice_rows(empty_BHSp1, 2, start, ROWS)  # -> [..,ROWS,1]
-            keys = it.dim_min(T, it.dim_add(P, it.dim_add(start, ROWS)))  # [0, P + stop)
             return laid_out(it, attend_block(it, attrs, q_BHSbDh, bias_BHSbT, empty_BHSb1, k_BHkvTDh, v_BHkvTDv, keys))
 
         return looped(inner, S, sizes, q_BHSDh.dtype, block, sequence_major=rank3)
@@ -105,6 +120,22 @@ def looped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Tens
     shape = (B, None, H, Dv) if rank3 else (B, H, None, Dv)
     y = tb.if_else(tb.dim_le(LOOP_FROM, S), shape, q_BHSDh.dtype, in_blocks, whole)
     return tb.transpose(y, 1, 2) if rank3 else y  # -> [B,H,S,Dv]
+
+
+def chunks_block(tb: TorchBuilder, attrs: AttentionAttributes, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor, bias_BHSpT: Tensor,
+                 empty_BHSp1: Tensor):
+    """K, V and the bias padded to whole key chunks once, before the loop (the bias with -inf there
+    and in the rows with no key to see); returns ``block(inner, q_BHSbDh, start, keys)``, the
+    attention of the query rows [start, start + ROWS) over the keys [0, keys): [B,H,ROWS,Dv]."""
+    k_BHkvTpDh, v_BHkvTpDv = (padded_keys(tb, t, 2) for t in (k_BHkvTDh, v_BHkvTDv))  # [B,Hkv,T,D] -> [B,Hkv,Tp,D]
+    bias_BHSpT = tb.where_scalar_else(empty_BHSp1, NEG_INF, bias_BHSpT)  # onnxruntime's zero rows
+    bias_BHSpTp = padded_keys(tb, bias_BHSpT, 3, NEG_INF)  # [..,S_pad,T] -> [..,S_pad,Tp]
+
+    def block(inner: TorchBuilder, q_BHSbDh: Tensor, start, keys) -> Tensor:
+        bias_BHSbTp = inner.slice_rows(bias_BHSpTp, 2, start, ROWS)  # -> [..,ROWS,Tp]
+        return chunked_attention(inner, attrs, q_BHSbDh, k_BHkvTpDh, v_BHkvTpDv, bias_BHSbTp, keys)
+
+    return block
 
 
 def can_take_one_row_apart(options, attrs: AttentionAttributes, S: Dim) -> bool:
