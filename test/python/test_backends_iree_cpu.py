@@ -36,9 +36,9 @@ from gqa_torch_mlir.errors import CompileStageError, GqaTorchMlirError, Lowering
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
+from gqa_torch_mlir.testing.filecheck import filecheck
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
-FILECHECK = os.path.join(os.path.dirname(sys.executable), "filecheck")
 C = GQAConfig
 
 
@@ -299,13 +299,6 @@ def test_gqa_between_onnx_ops():
 # ---------------------------------------------------------------------------
 # the pass inside IREE's bindings
 # ---------------------------------------------------------------------------
-
-
-def filecheck(text: str, checks: str, tmp_path) -> None:
-    check_file = tmp_path / "checks.txt"
-    check_file.write_text(textwrap.dedent(checks))
-    proc = subprocess.run([FILECHECK, str(check_file)], input=text, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + "\n--- input ---\n" + text
 
 
 def test_pass_runs_in_iree_bindings(tmp_path):

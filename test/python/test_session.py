@@ -8,11 +8,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import onnx
 import pytest
@@ -22,6 +17,7 @@ import gqa_torch_mlir
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError, RuntimeInvocationError
+from gqa_torch_mlir.testing.filecheck import filecheck
 from gqa_torch_mlir.testing.gqa_onnx import (
     GQAConfig,
     compare,
@@ -30,7 +26,6 @@ from gqa_torch_mlir.testing.gqa_onnx import (
     run_onnxruntime,
 )
 
-FILECHECK = os.path.join(os.path.dirname(sys.executable), "filecheck")
 
 
 # The FileCheck tests of the torch level spell out the SDPA form (the
@@ -299,14 +294,6 @@ def test_unknown_backend():
 # ---------------------------------------------------------------------------
 
 
-def filecheck(text: str, checks: str, prefix: str, tmp_path) -> None:
-    check_file = tmp_path / f"{prefix}.checks"
-    check_file.write_text(textwrap.dedent(checks))
-    proc = subprocess.run([FILECHECK, str(check_file), "--check-prefix", prefix],
-                          input=text, capture_output=True, text=True)
-    assert proc.returncode == 0, f"FileCheck --check-prefix {prefix} failed:\n{proc.stderr}\n--- input ---\n{text}"
-
-
 # Static decode, rotary, ragged batch: B=2, S=1, P=7, T=8, H=4, Hkv=2, Dh=16, M=16. SDPA reads the
 # present caches with the rows a batch row does not read zeroed (a NaN there must not reach it).
 STATIC_TORCH_ARGS = (
@@ -381,7 +368,7 @@ def test_compile_output_types(output_type: str, tmp_path):
     module = gqa_torch_mlir.compile(make_model(DECODE), output_type=output_type, options=SDPA)
     text = str(module)
     for prefix, checks in LEVEL_CHECKS[output_type]:
-        filecheck(text, checks, prefix, tmp_path)
+        filecheck(text, checks, tmp_path, prefix)
 
 
 DYNAMIC_PACKED = GQAConfig(batch=1, seq=3, past=4, packed=True, dtype="float16", dynamic=True)
@@ -407,16 +394,16 @@ DYNAMIC_PACKED_LINALG_CHECKS = """
 def test_compile_dynamic_packed_f16(tmp_path):
     model = make_model(DYNAMIC_PACKED)
     torch_text = str(gqa_torch_mlir.compile(model, output_type="torch", options=SDPA))
-    filecheck(torch_text, DYNAMIC_PACKED_TORCH_CHECKS, "DYN", tmp_path)
-    filecheck(torch_text, NO_ONNX_CHECKS, "NOONNX", tmp_path)
+    filecheck(torch_text, DYNAMIC_PACKED_TORCH_CHECKS, tmp_path, "DYN")
+    filecheck(torch_text, NO_ONNX_CHECKS, tmp_path, "NOONNX")
     linalg_text = str(gqa_torch_mlir.compile(model, output_type="linalg-on-tensors", options=SDPA))
-    filecheck(linalg_text, DYNAMIC_PACKED_LINALG_CHECKS, "DYNL", tmp_path)
-    filecheck(linalg_text, NO_TORCH_CHECKS, "NOTORCH", tmp_path)
+    filecheck(linalg_text, DYNAMIC_PACKED_LINALG_CHECKS, tmp_path, "DYNL")
+    filecheck(linalg_text, NO_TORCH_CHECKS, tmp_path, "NOTORCH")
 
 
 def test_compile_default_output_type_is_linalg(tmp_path):
     text = str(gqa_torch_mlir.compile(make_model(DECODE), options=SDPA))
-    filecheck(text, LINALG_CHECKS, "LINALG", tmp_path)
+    filecheck(text, LINALG_CHECKS, tmp_path, "LINALG")
 
 
 def test_compile_accepts_a_path(tmp_path):
@@ -424,18 +411,15 @@ def test_compile_accepts_a_path(tmp_path):
     onnx.save(make_model(DECODE), str(path))
     for model in (str(path), path):
         text = str(gqa_torch_mlir.compile(model, output_type="torch", options=SDPA))
-        filecheck(text, TORCH_CHECKS, "TORCH", tmp_path)
+        filecheck(text, TORCH_CHECKS, tmp_path, "TORCH")
 
 
 def test_filecheck_catches_a_leftover_onnx_op(tmp_path):
     """The NOT-only check files do fail on their subject (guards against a vacuous FileCheck)."""
     imported = str(gqa_torch_mlir.import_onnx(make_model(DECODE)))
     assert 'torch.operator "onnx.GroupQueryAttention"' in imported
-    check_file = tmp_path / "noonnx.checks"
-    check_file.write_text(textwrap.dedent(NO_ONNX_CHECKS))
-    proc = subprocess.run([FILECHECK, str(check_file), "--check-prefix", "NOONNX"],
-                          input=imported, capture_output=True, text=True)
-    assert proc.returncode != 0
+    with pytest.raises(AssertionError, match="FileCheck --check-prefix NOONNX failed"):
+        filecheck(imported, NO_ONNX_CHECKS, tmp_path, "NOONNX")
 
 
 @pytest.mark.parametrize("bad", ["linalg", "tosa", "stablehlo", "", "TORCH"])
