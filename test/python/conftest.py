@@ -13,6 +13,7 @@ import os
 import pytest
 
 from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import tuning
 from gqa_torch_mlir.backends.refbackend import OPT_LEVEL_VARIABLE
 from gqa_torch_mlir.testing import tiers
 
@@ -21,8 +22,11 @@ BACKENDS = ("refbackend", "iree-cpu")
 # The fast tier JIT-compiles the refbackend's code unoptimised: the same lowered IR (what the
 # tests check) in a quarter of the compile time; the extended tier at LLVM's -O2, as users
 # run it.  Subprocesses (the CLI tests) inherit it.
+# Likewise iree-cpu without its tuning spec, whose compiles run on one thread (backends/iree/tuning.py):
+# test_backends_iree_tuning.py compiles with it, the extended tier everywhere.
 if not tiers.EXTENDED:
     os.environ.setdefault(OPT_LEVEL_VARIABLE, "0")
+    os.environ.setdefault(tuning.ENABLED_VARIABLE, "0")
 
 
 def pytest_report_header(config):

@@ -2,6 +2,7 @@
 
   targets.py    the targets: iree-compile flags and runtime driver per backend name
   compiler.py   IreeBackend: import, our passes inside IREE's bindings, iree-compile (needs iree-base-compiler)
+  tuning.py     iree-cpu's tuning spec: the tile sizes of a decode step's Q.K^T
   runtime.py    IreeCompiledModule: a VM flatbuffer on an IREE device (needs only iree-base-runtime)
   host_import.py  large numpy feeds read in place on the CPU, unaligned ones from a staging copy (aligned_empty)
 

@@ -83,6 +83,7 @@ from ...passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerin
 from ...pipeline import ModelLike, load_model
 from ...repro import repro_command, save_stage_input
 from .runtime import IreeCompiledModule
+from . import tuning
 from .targets import TARGETS
 
 __all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
@@ -201,7 +202,8 @@ class IreeBackend:
     ``threads`` (iree-cpu): ``1`` runs on ``local-sync`` (the calling thread);
     ``N >= 2`` on ``local-task`` with ``N`` workers; ``None`` on ``local-task``
     with one worker per CPU available to the process.  ``extra_flags`` are
-    appended to the target's flags.  ``share_buffers``: see
+    appended to the target's flags and tuning.py's (``--iree-codegen-tuning-spec-path=``
+    compiles iree-cpu without the spec).  ``share_buffers``: see
     :meth:`IreeCompiledModule.invoke`.  ``plugin=False`` skips our pass, so
     torch-mlir's own ONNX lowerings (inside IREE) meet every op: benchmarks
     compare against that.
@@ -235,7 +237,8 @@ class IreeBackend:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
-        self.flags: Tuple[str, ...] = self.target.flags + tuple(extra_flags)
+        tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
+        self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + tuple(extra_flags)
 
     def compile(self, model: ModelLike) -> "IreeCompiledModule":
         """Lower, compile with IREE in process and load on the runtime device."""
@@ -290,6 +293,8 @@ class IreeBackend:
         invocation prints its diagnostics to stderr instead, captured at the
         file-descriptor level for the duration of the call.
         """
+        if tuning.uses_spec(self.flags):  # IREE 3.13 may deadlock loading it on worker threads (tuning.py)
+            lowered.session.context.enable_multithreading(False)
         invocation = lowered.session.invocation()
         captured, errors, vmfb = _Captured(), [], None
         try:

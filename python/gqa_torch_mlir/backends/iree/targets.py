@@ -6,6 +6,8 @@
               default: IREE 3.13 lists no plain sm_90, and the driver JIT-compiles the
               PTX for newer GPUs such as Hopper); compiles on any host, runs where
               iree-base-runtime finds a CUDA driver
+
+iree-cpu also compiles with tuning.py's spec (IREE's CPU tile sizes for a decode step's Q.K^T).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class IreeTarget:
     backend: str  # the InferenceSession / CLI backend name
     flags: Tuple[str, ...]  # iree-compile flags (the same on the repro command line)
     driver: str  # "local" (local-sync / local-task by thread count) or an IREE HAL driver name
+    tuned: bool = False  # compiled with tuning.py's spec (its flags follow ``flags``; without it, flags undoing it)
 
 
 TARGETS: Dict[str, IreeTarget] = {
@@ -34,6 +37,7 @@ TARGETS: Dict[str, IreeTarget] = {
         ("--iree-input-type=onnx", "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
          "--iree-llvmcpu-target-cpu=host", _KEEP_F64),
         "local",
+        tuned=True,
     ),
     "iree-cuda": IreeTarget(
         "iree-cuda",

@@ -1,0 +1,127 @@
+"""The iree-cpu tuning spec: IREE's CPU tile sizes for a decode step's Q.K^T, set by a transform
+library (``--iree-codegen-tuning-spec-path``, IREE's mechanism for choosing a dispatch's lowering
+config in place of its heuristics).
+
+A decode step's Q.K^T is a ``linalg.batch_matmul`` with K transposed: per KV head,
+[M, Dh] x [R, Dh]^T -> [M, R], M = G query rows (S = 1), R the cache rows read.  IREE 3.13
+tiles it as a matmul, 16 rows of K by 16 of Dh, each tile transposed in registers, and read
+the cache at a quarter of numpy's rate on an AMD EPYC (Zen 4) guest (benchmarks/README.md,
+"CPU, round 10").  Tiled as one K row against one query row, the whole head size reduced
+in one vector pass (with ``--iree-llvmcpu-reassociate-fp-reductions``, which the pass needs:
+without it each row's sum is taken in order, 12x slower), K is read row after row at
+1.3x-1.5x numpy's time ("CPU, round 12").  Every other dispatch keeps IREE's choice; so does
+a Q.K^T of more than MAX_ROWS query rows (a prefill's blocks), of a head size not in
+HEAD_SIZES, of a batch of several rows (IREE transposes K in a dispatch of its own there) or
+of an f16 cache (its conversion fused into the matmul).
+
+IREE keeps the spec path (and the reassociation flag) from one compile to the next in a
+process, so every target sets both: iree-cuda to none (targets.py).  IREE 3.13 can deadlock
+loading a spec on a compile's worker threads (the thread that parses it under a lock, while
+verifying it in parallel, takes on another executable's configuration, which waits for the
+same lock), so a compile with the spec runs on one thread (uses_spec): about 25% longer.
+``GQA_IREE_CPU_TUNING=0`` compiles iree-cpu without the spec, multithreaded (the fast test
+tier sets it; test_backends_iree_tuning.py compiles with it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+from ...errors import GqaTorchMlirError
+
+MAX_ROWS = 16  # query rows (M) up to which a Q.K^T is a decode step's: G (S = 1), or G*S for a short chunk
+HEAD_SIZES = tuple(range(16, 257, 16))  # Dh of the matchers (GroupQueryAttention's are multiples of 16 with rotary)
+KEY_ROWS_PER_WORKGROUP = 32  # the distribution tile over R (32-128 measured alike on 1 thread; 32 best on 2)
+
+REASSOCIATE = "--iree-llvmcpu-reassociate-fp-reductions"
+SPEC_PATH = "--iree-codegen-tuning-spec-path"
+ENABLED_VARIABLE = "GQA_IREE_CPU_TUNING"  # "0": iree-cpu without the spec; "1" or unset: with it
+
+
+def enabled() -> bool:
+    """Whether iree-cpu compiles with the spec (ENABLED_VARIABLE)."""
+    value = os.environ.get(ENABLED_VARIABLE, "1")
+    if value not in ("0", "1"):
+        raise GqaTorchMlirError(f"{ENABLED_VARIABLE}={value!r} is not supported; supported: 0 (no tuning spec) or 1")
+    return value == "1"
+
+
+def uses_spec(flags) -> bool:
+    """Whether iree-compile ``flags`` name a spec (the last SPEC_PATH flag wins)."""
+    paths = [f.split("=", 1)[1] for f in flags if f.startswith(SPEC_PATH + "=")]
+    return bool(paths and paths[-1])
+
+
+def reduction_tile(head_size: int) -> int:
+    """The head-size elements reduced per vector pass: all of them up to 128, else the largest of
+    128, 64, 32, 16 dividing the head size."""
+    return head_size if head_size <= 128 else next(t for t in (128, 64, 32, 16) if head_size % t == 0)
+
+
+def _matcher(head_size: int) -> str:
+    """A named sequence matching a decode Q.K^T of ``head_size`` and yielding its compilation_info."""
+    lhs, rhs, out = f"tensor<?x?x{head_size}xf32>", f"tensor<?x?x{head_size}xf32>", "tensor<?x?x?xf32>"
+    maps = ("affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (b, n, k)>, "
+            "affine_map<(b, m, n, k) -> (b, m, n)>")
+    config = (f"#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
+              f"distribution = [1, {MAX_ROWS}, {KEY_ROWS_PER_WORKGROUP}, 0], vector_common_parallel = [1, 1, 1, 0], "
+              f"vector_reduction = [0, 0, 0, {reduction_tile(head_size)}]>, "
+              f"translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>")
+    return f"""
+  transform.named_sequence @match_decode_qk_d{head_size}(%root: !transform.any_op {{transform.readonly}}) -> (!transform.any_op, !transform.any_param) {{
+    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %root {{
+    ^bb0(%q: {lhs}, %k: {rhs}, %acc: {out}):
+      %qk = linalg.batch_matmul indexing_maps = [{maps}] ins(%q, %k : {lhs}, {rhs}) outs(%acc : {out}) -> {out}
+    }} : (!transform.any_op) -> (!transform.any_value, !transform.any_value)
+    transform.match.structured failures(propagate) %root : !transform.any_op {{
+    ^bb0(%op: !transform.any_op):
+      %rows = transform.match.structured.dim %op[1] : (!transform.any_op) -> !transform.param<i64>
+      %most = transform.param.constant {MAX_ROWS} : i64 -> !transform.param<i64>
+      transform.match.param.cmpi le %rows, %most : !transform.param<i64>
+      transform.match.structured.yield
+    }}
+    %config = transform.param.constant {config} -> !transform.any_param
+    transform.yield %root, %config : !transform.any_op, !transform.any_param
+  }}"""
+
+
+def spec_text() -> str:
+    """The transform library: one matcher per head size, each annotating what it matches."""
+    calls = ",\n        ".join(f"@match_decode_qk_d{d} -> @apply_config" for d in HEAD_SIZES)
+    return f"""// gqa-torch-mlir's iree-cpu tuning spec (backends/iree/tuning.py renders it).
+module attributes {{iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence}} {{
+  transform.named_sequence @apply_config(%op: !transform.any_op {{transform.readonly}}, %config: !transform.any_param {{transform.readonly}}) {{
+    transform.annotate %op "compilation_info" = %config : !transform.any_op, !transform.any_param
+    transform.yield
+  }}{"".join(_matcher(d) for d in HEAD_SIZES)}
+  transform.named_sequence @__kernel_config(%variant: !transform.any_op {{transform.consumed}}) -> !transform.any_op attributes {{iree_codegen.tuning_spec_entrypoint}} {{
+    %res = transform.foreach_match in %variant
+        {calls} : (!transform.any_op) -> !transform.any_op
+    transform.yield %res : !transform.any_op
+  }}
+}}
+"""
+
+
+def spec_path() -> str:
+    """The spec written once to the temporary directory, named by its content (a new process
+    finds it there; a changed spec gets a new name)."""
+    text = spec_text()
+    path = os.path.join(tempfile.gettempdir(), f"gqa-torch-mlir-cpu-tuning-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir")
+    if not os.path.exists(path):
+        fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(partial, path)  # atomic: processes compiling at once see the whole file or none
+    return path
+
+
+def cpu_flags() -> tuple:
+    """iree-compile flags that apply the spec."""
+    return (f"{REASSOCIATE}=true", f"{SPEC_PATH}={spec_path()}")
+
+
+UNTUNED_FLAGS = (f"{REASSOCIATE}=false", f"{SPEC_PATH}=")
+"""Flags of a target without the spec (iree-cuda): they undo an earlier iree-cpu compile's."""

@@ -1,0 +1,106 @@
+"""iree-cpu's tuning spec (backends/iree/tuning.py): a decode step's Q.K^T takes the spec's tile
+sizes and every other dispatch IREE's own; the tuned steps match onnxruntime for each kind of
+matcher; the variable and the flag opt out; an iree-cuda compile after an iree-cpu one in the
+same process (IREE keeps the spec path between compiles) is not touched by it.  The fast tier
+compiles iree-cpu without the spec elsewhere (conftest.py): each test here turns it on."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import IreeBackend, IreeCpuBackend, tuning
+from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.options import LoweringOptions
+from gqa_torch_mlir.testing.filecheck import filecheck
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig as C
+from gqa_torch_mlir.testing.gqa_onnx import compare, make_inputs, make_model, run_onnxruntime
+
+@pytest.fixture(autouse=True)
+def tuned(monkeypatch):
+    monkeypatch.setenv(tuning.ENABLED_VARIABLE, "1")
+
+
+# One KV head's decode step: G = 4 query rows, a 40-row shared buffer, head 64.
+DECODE = C(seq=1, past=40, past_lens=(30,), fixed_capacity=True, num_heads=8, kv_num_heads=2, head_size=64, rotary=True)
+
+
+def configured(backend: IreeBackend, cfg: C, tmp_path: pathlib.Path) -> str:
+    """Every dispatch of ``cfg``'s step as IREE configured it (its lowering configs), one text."""
+    out = tmp_path / "configs"
+    backend.flags += (f"--iree-hal-dump-executable-configurations-to={out}",)
+    backend.compile_lowered(backend.lower(make_model(cfg)))
+    return "\n".join(p.read_text() for p in sorted(out.iterdir()))
+
+
+TUNED = "{lowering_config = #iree_cpu.lowering_config<distribution = [1, 16, 32, 0], vector_common_parallel = [1, 1, 1, 0], vector_reduction = [0, 0, 0, 64]>}"
+
+
+def test_decode_qk_takes_the_spec_tiles_and_nothing_else_does(tmp_path):
+    text = configured(IreeCpuBackend(threads=1), DECODE, tmp_path)
+    filecheck(text, f"""
+        CHECK:     linalg.batch_matmul indexing_maps = {{{{.+}}}} {TUNED} ins({{{{.+}}}} : tensor<2x4x64xf32>, tensor<2x?x64xf32>)
+        CHECK-NOT: vector_common_parallel = [1, 1, 1, 0]
+    """, tmp_path)
+    assert text.count("vector_common_parallel = [1, 1, 1, 0]") == 1  # P.V and the rest: IREE's own
+
+
+def test_a_prefill_block_keeps_ireees_tiles(tmp_path):
+    """256 query rows in blocks of 64: each block's Q.K^T has G*64 rows, past the spec's MAX_ROWS."""
+    text = configured(IreeCpuBackend(threads=1), C(seq=256, num_heads=8, kv_num_heads=2, head_size=64), tmp_path)
+    filecheck(text, """
+        CHECK:     linalg.batch_matmul indexing_maps = {{.+}} ins({{.+}} : tensor<2x256x64xf32>, tensor<2x{{[0-9]+}}x64xf32>)
+        CHECK-NOT: vector_common_parallel = [1, 1, 1, 0]
+    """, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_the_spec_path_flag_and_the_variable_opt_out(how, tmp_path, monkeypatch):
+    if how == "variable":
+        monkeypatch.setenv(tuning.ENABLED_VARIABLE, "0")
+    backend = IreeCpuBackend(threads=1, extra_flags=[f"{tuning.SPEC_PATH}="] if how == "flag" else [])
+    assert not tuning.uses_spec(backend.flags)
+    text = configured(backend, DECODE, tmp_path)
+    assert "linalg.batch_matmul" in text and "vector_common_parallel = [1, 1, 1, 0]" not in text
+
+
+def test_a_value_of_the_variable_other_than_0_or_1_is_refused(monkeypatch):
+    monkeypatch.setenv(tuning.ENABLED_VARIABLE, "yes")
+    with pytest.raises(GqaTorchMlirError, match="GQA_IREE_CPU_TUNING='yes' is not supported; supported: 0"):
+        IreeCpuBackend(threads=1)
+
+
+def test_an_iree_cuda_compile_after_iree_cpu_is_untuned(tmp_path):
+    IreeCpuBackend(threads=1).compile(make_model(DECODE))  # sets IREE's spec path in this process
+    cuda = IreeBackend(target="iree-cuda", options=LoweringOptions.for_backend("iree-cuda"))
+    assert "#iree_cpu" not in configured(cuda, DECODE, tmp_path)
+
+
+# Each kind of matcher against onnxruntime: a head size reduced whole (64, 96, 128), 256 in two
+# passes; query rows per KV head 4 (MQA), 7 (Qwen2's 28/4), 1 (MHA) and 16 (MAX_ROWS); a growing
+# cache (static rows read) and shared buffers (the rows read known at run time), one from a
+# model with every length dynamic.
+TUNED_STEPS = [
+    C(seq=1, past=33, num_heads=4, kv_num_heads=1, head_size=96),
+    C(seq=1, past=70, past_lens=(64,), fixed_capacity=True, num_heads=14, kv_num_heads=2, head_size=128, rotary=True),
+    C(seq=1, past=20, num_heads=2, kv_num_heads=2, head_size=256),
+    C(seq=1, past=50, past_lens=(41,), fixed_capacity=True, num_heads=16, kv_num_heads=1, head_size=64, dynamic=True),
+]
+
+
+@pytest.mark.parametrize("cfg", TUNED_STEPS, ids=lambda c: c.name)
+def test_tuned_decode_steps_match_onnxruntime(cfg):
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=cfg.head_size)
+    session = InferenceSession(model, backend="iree-cpu", threads=2)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_spec_names_every_head_size_once():
+    text = tuning.spec_text()
+    assert [text.count(f"@match_decode_qk_d{d}(") for d in tuning.HEAD_SIZES] == [1] * len(tuning.HEAD_SIZES)
+    assert tuning.reduction_tile(96) == 96 and tuning.reduction_tile(256) == 128 and tuning.reduction_tile(192) == 64
+    assert pathlib.Path(tuning.spec_path()).read_text() == text
