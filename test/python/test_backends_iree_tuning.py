@@ -104,3 +104,13 @@ def test_the_spec_names_every_head_size_once():
     assert [text.count(f"@match_decode_qk_d{d}(") for d in tuning.HEAD_SIZES] == [1] * len(tuning.HEAD_SIZES)
     assert tuning.reduction_tile(96) == 96 and tuning.reduction_tile(256) == 128 and tuning.reduction_tile(192) == 64
     assert pathlib.Path(tuning.spec_path()).read_text() == text
+
+
+def test_a_planted_file_of_the_specs_name_is_not_read(tmp_path, monkeypatch):
+    """A file under the spec's name with other content (another user's in a shared /tmp) is not
+    loaded: ours is written under a name of its own, in the same directory."""
+    monkeypatch.setattr(tuning.tempfile, "tempdir", str(tmp_path))
+    first = pathlib.Path(tuning.spec_path())
+    first.write_text("// not our spec\n")
+    second = pathlib.Path(tuning.spec_path())
+    assert second.read_text() == tuning.spec_text() and second.parent == tmp_path

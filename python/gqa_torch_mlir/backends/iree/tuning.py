@@ -106,15 +106,24 @@ module attributes {{iree_codegen.tuning_spec_with_default_entrypoint, transform.
 
 
 def spec_path() -> str:
-    """The spec written once to the temporary directory, named by its content (a new process
-    finds it there; a changed spec gets a new name)."""
+    """The spec written once to the temporary directory, named by its content, so that a new
+    process finds it there and a changed spec gets a new name.  A file of that name with other
+    content (another user's, say) is not read: ours is written under a name of its own."""
     text = spec_text()
     path = os.path.join(tempfile.gettempdir(), f"gqa-torch-mlir-cpu-tuning-{hashlib.sha256(text.encode()).hexdigest()[:16]}.mlir")
-    if not os.path.exists(path):
-        fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(partial, path)  # atomic: processes compiling at once see the whole file or none
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return path
+    except OSError:
+        pass
+    fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), prefix="gqa-torch-mlir-cpu-tuning-", suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    try:
+        os.replace(partial, path)  # atomic: processes compiling at once read the whole file or none
+    except OSError:  # the name is another user's (a sticky temporary directory)
+        return partial
     return path
 
 
