@@ -1,7 +1,7 @@
 """iree-cpu's tuning spec (backends/iree/tuning.py): a decode step's Q.K^T takes the spec's tile
 sizes and every other dispatch IREE's own; the tuned steps match onnxruntime for each kind of
-matcher; the variable and the flag opt out; an iree-cuda compile after an iree-cpu one in the
-same process (IREE keeps the spec path between compiles) is not touched by it.  The fast tier
+matcher; the variable and the flag opt out; iree-cuda resets the flags (IREE keeps them from
+one compile to the next in a process).  The fast tier
 compiles iree-cpu without the spec elsewhere (conftest.py): each test here turns it on."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.testing.filecheck import filecheck
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig as C
 from gqa_torch_mlir.testing.gqa_onnx import compare, make_inputs, make_model, run_onnxruntime
+
 
 @pytest.fixture(autouse=True)
 def tuned(monkeypatch):
@@ -47,7 +48,7 @@ def test_decode_qk_takes_the_spec_tiles_and_nothing_else_does(tmp_path):
     assert text.count("vector_common_parallel = [1, 1, 1, 0]") == 1  # P.V and the rest: IREE's own
 
 
-def test_a_prefill_block_keeps_ireees_tiles(tmp_path):
+def test_a_prefill_block_keeps_irees_tiles(tmp_path):
     """256 query rows in blocks of 64: each block's Q.K^T has G*64 rows, past the spec's MAX_ROWS."""
     text = configured(IreeCpuBackend(threads=1), C(seq=256, num_heads=8, kv_num_heads=2, head_size=64), tmp_path)
     filecheck(text, """
@@ -72,10 +73,13 @@ def test_a_value_of_the_variable_other_than_0_or_1_is_refused(monkeypatch):
         IreeCpuBackend(threads=1)
 
 
-def test_an_iree_cuda_compile_after_iree_cpu_is_untuned(tmp_path):
-    IreeCpuBackend(threads=1).compile(make_model(DECODE))  # sets IREE's spec path in this process
+def test_iree_cuda_resets_the_spec_flags():
+    """IREE keeps the spec path and the reassociation flag from one compile to the next in a
+    process (an untuned iree-cpu compile after a tuned one measured tuned): iree-cuda's flags
+    reset both, after its target flags."""
     cuda = IreeBackend(target="iree-cuda", options=LoweringOptions.for_backend("iree-cuda"))
-    assert "#iree_cpu" not in configured(cuda, DECODE, tmp_path)
+    assert not tuning.uses_spec(cuda.flags) and f"{tuning.REASSOCIATE}=false" in cuda.flags
+    assert tuning.uses_spec(IreeCpuBackend(threads=1).flags)
 
 
 # Each kind of matcher against onnxruntime: a head size reduced whole (64, 96, 128), 256 in two
