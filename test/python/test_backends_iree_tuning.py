@@ -36,7 +36,7 @@ def configured(backend: IreeBackend, cfg: C, tmp_path: pathlib.Path) -> str:
     return "\n".join(p.read_text() for p in sorted(out.iterdir()))
 
 
-TUNED = "{lowering_config = #iree_cpu.lowering_config<distribution = [1, 16, 32, 0], vector_common_parallel = [1, 1, 1, 0], vector_reduction = [0, 0, 0, 64]>}"
+TUNED = "{lowering_config = #iree_cpu.lowering_config<distribution = [1, 16, " + str(tuning.KEY_ROWS_PER_WORKGROUP) + ", 0], vector_common_parallel = [1, 1, 1, 0], vector_reduction = [0, 0, 0, 64]>}"
 
 
 def test_decode_qk_takes_the_spec_tiles_and_nothing_else_does(tmp_path):

@@ -33,7 +33,11 @@ from ...errors import GqaTorchMlirError
 
 MAX_ROWS = 16  # query rows (M) up to which a Q.K^T is a decode step's: G (S = 1), or G*S for a short chunk
 HEAD_SIZES = tuple(range(16, 257, 16))  # Dh of the matchers (GroupQueryAttention's are multiples of 16 with rotary)
-KEY_ROWS_PER_WORKGROUP = 32  # the distribution tile over R (32-128 measured alike on 1 thread; 32 best on 2)
+# The distribution tile over R: 512 K rows (256 KiB at head 128) a workgroup.  On an AMD Zen 4 guest
+# with 2 threads the Q.K^T of a past-4095 step took 590 us at 512 against 990 at 32 (the workers
+# idle a fifth of the dispatch between a thousand 1.4-us workgroups), alike on 1 thread; fewer
+# than 8 x R/512 workgroups leave a short cache's step few to share (benchmarks/README.md, "CPU, round 13").
+KEY_ROWS_PER_WORKGROUP = 512
 
 REASSOCIATE = "--iree-llvmcpu-reassociate-fp-reductions"
 SPEC_PATH = "--iree-codegen-tuning-spec-path"
