@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/dispatch_profile.py [--case shared4095 growing1023 prefill256 ...] [--threads 1 2]
 
 Compiles the step as ``InferenceSession(backend="iree-cpu")`` does, runs it
-under ``iree-benchmark-module`` with IREE's HAL profiling
+under ``iree-benchmark-module`` with IREE's caching allocator (as
+``InferenceSession`` runs: without it a growing step's fresh present is new
+memory every call, and its copy of the past took 3x as long in page faults) and HAL profiling
 (``--device_profiling_mode=host-execution``: every dispatch's start and end,
 and its workgroups' summed run time) and prints, per dispatch of a step:
 
@@ -70,7 +72,7 @@ def write_step(case: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:
 def benchmark(vmfb: str, function: str, inputs: List[str], threads: int, extra: List[str]) -> str:
     device = ["--device=local-sync"] if threads == 1 else ["--device=local-task", f"--task_topology_group_count={threads}"]
     cmd = [os.path.join(TOOLS, "iree-benchmark-module"), f"--module={vmfb}", f"--function={function}", *inputs, *device,
-           "--benchmark_min_time=1s", *extra]
+           "--benchmark_min_time=1s", "--device_allocator=caching", *extra]
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
