@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import tuning
 from gqa_torch_mlir.errors import GqaTorchMlirError
 from gqa_torch_mlir.testing.standard_attention import RMSNormConfig as N
 from gqa_torch_mlir.testing.standard_attention import make_rmsnorm_inputs, make_rmsnorm_model, run_onnxruntime
@@ -27,13 +28,20 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
-def test_matches_onnxruntime(cfg, backend):
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu", "iree-cpu tuned"])
+def test_matches_onnxruntime(cfg, backend, monkeypatch):
+    """Bit for bit on iree-cpu without its tuning spec; with it (iree-cpu's default) IREE reassociates
+    every floating-point reduction of the module (docs/limits.md): within 4 ulp (2 measured, f64);
+    the refbackend rounds otherwise at times: within an ulp."""
+    if backend.startswith("iree-cpu"):  # both ways whatever the tier's default
+        monkeypatch.setenv(tuning.ENABLED_VARIABLE, "1" if backend.endswith("tuned") else "0")
     model, feeds = make_rmsnorm_model(cfg), make_rmsnorm_inputs(cfg, 0)
     want = run_onnxruntime(model, feeds)["Y"]
-    have = InferenceSession(model, backend=backend).run(None, feeds)[0]
+    have = InferenceSession(model, backend=backend.split()[0]).run(None, feeds)[0]
     assert have.dtype == want.dtype and have.shape == want.shape
     ulp = np.finfo(want.dtype).eps * np.maximum(np.abs(want.astype(np.float64)), 1.0)
-    assert (np.abs(have.astype(np.float64) - want) <= (0 if backend == "iree-cpu" else ulp)).all()
+    allowed = {"iree-cpu": 0, "iree-cpu tuned": 4 * ulp, "refbackend": ulp}[backend]
+    assert (np.abs(have.astype(np.float64) - want) <= allowed).all()
 
 
 REFUSALS = [

@@ -39,6 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 import gqa_torch_mlir
 from gqa_torch_mlir.testing.decoder import Decoder as GenerationDecoder
 from gqa_torch_mlir import CompileStageError, InferenceSession
+from gqa_torch_mlir.backends.iree import tuning
 from gqa_torch_mlir.backends.refbackend import RefBackend
 from gqa_torch_mlir.testing.isolated import run_isolated, run_isolated_each
 from gqa_torch_mlir.testing.tiers import one_per_family
@@ -348,6 +349,11 @@ NORM_ROUNDING = {  # op: (rows differing allowed on the refbackend, of 200)
     "SimplifiedLayerNormalization": 40,
     "SkipSimplifiedLayerNormalization": 0,
 }
+# iree-cpu with its tuning spec (the default) also compiles with IREE's reassociation of floating-point
+# reductions, which IREE applies to every reduction of the module: the skip op's sums are then taken in
+# another order than onnxruntime's (measured: 109 and 175 of 200 rows, up to 4 and 14 ulp, at D = 64 and
+# 2048; the plain op stays bit for bit).  docs/limits.md says so.
+TUNED_MAX_ULP = {"SimplifiedLayerNormalization": 0, "SkipSimplifiedLayerNormalization": 16}
 
 
 def _rounding_model(op: str, D: int):
@@ -359,18 +365,25 @@ def _rounding_model(op: str, D: int):
     return node_model(op, inputs, out, dict(epsilon=1e-6), domain=domain), inputs
 
 
-@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu"])
+@pytest.mark.parametrize("backend", ["refbackend", "iree-cpu", "iree-cpu tuned"])
 @pytest.mark.parametrize("D", [64, 2048])
 @pytest.mark.parametrize("op", sorted(NORM_ROUNDING))
-def test_norm_rounds_as_onnxruntime(op, D, backend):
-    """Bit for bit on iree-cpu; on the refbackend the skip op too, the plain op in most rows and within 4 ulp.
+def test_norm_rounds_as_onnxruntime(op, D, backend, monkeypatch):
+    """Bit for bit on iree-cpu without its tuning spec; on the refbackend the skip op too, the plain op
+    in most rows and within 4 ulp; with the spec the plain op bit for bit, the skip op within TUNED_MAX_ULP.
     (Before the lane order and 1/std, 200 of 200 rows of the plain op differed on both backends.)"""
+    if backend.startswith("iree-cpu"):  # both ways whatever the tier's default
+        monkeypatch.setenv(tuning.ENABLED_VARIABLE, "1" if backend.endswith("tuned") else "0")
     model, inputs = _rounding_model(op, D)
     rng = np.random.default_rng(RNG_SEED + D)
     feeds = {n: rng.standard_normal(s).astype(d) for n, d, s in inputs}
     want = onnxruntime_run(model, feeds)["Y"].reshape(200, D)
-    got = InferenceSession(model, backend=backend).run(None, feeds)[0].reshape(200, D)
+    got = InferenceSession(model, backend=backend.split()[0]).run(None, feeds)[0].reshape(200, D)
     rows = int(np.sum(np.any(got != want, axis=1)))
+    if backend.endswith("tuned"):
+        np.testing.assert_array_max_ulp(got, want, maxulp=max(TUNED_MAX_ULP[op], 1))
+        assert TUNED_MAX_ULP[op] or rows == 0, f"{rows} of 200 rows differ from onnxruntime (allowed 0)"
+        return
     allowed = NORM_ROUNDING[op] if backend == "refbackend" else 0
     assert rows <= allowed, f"{rows} of 200 rows differ from onnxruntime (allowed {allowed})"
     np.testing.assert_array_max_ulp(got, want, maxulp=4)
