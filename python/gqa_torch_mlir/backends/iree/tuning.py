@@ -14,6 +14,11 @@ a Q.K^T of more than MAX_ROWS query rows (a prefill's blocks), of a head size no
 HEAD_SIZES, of a batch of several rows (IREE transposes K in a dispatch of its own there) or
 of an f16 cache (its conversion fused into the matmul).
 
+The reassociation flag is IREE's for the whole module (a ``fastmath<reassoc>`` on the
+reduction itself does not reach its vector code in IREE 3.13): with the spec, every
+floating-point reduction is reassociated, so the skip norm no longer rounds as onnxruntime's
+(up to 14 ulp; docs/limits.md, test_norm_rounds_as_onnxruntime).
+
 IREE keeps the spec path (and the reassociation flag) from one compile to the next in a
 process, so every target sets both: iree-cuda to none (targets.py).  IREE 3.13 can deadlock
 loading a spec on a compile's worker threads (the thread that parses it under a lock, while
