@@ -91,12 +91,14 @@ def broadcast_shapes(a: Sequence[Optional[int]], b: Sequence[Optional[int]]) -> 
 
 
 class TypeCache:
-    """Parsed types of one MLIRContext, keyed by their text."""
+    """Parsed types of one MLIRContext, keyed by their text; and the module-level ops the
+    lowerings of one pass run call (``functions``: symbol -> MLIR text, added after the walk)."""
 
     def __init__(self, ir_module, context):
         self.ir = ir_module
         self.context = context
         self._types = {}
+        self.functions = {}
 
     def get(self, text: str):
         t = self._types.get(text)
@@ -137,6 +139,33 @@ class TorchBuilder:
         """Create an op with one vtensor result of the given shape and dtype."""
         (res,) = self.op(name, operands, [vtensor_type_text(shape, dtype)], attributes)
         return Tensor(res, tuple(shape), dtype)
+
+    # -- calls on builtin tensors (kernels/) ------------------------------------
+    def builtin(self, t: Tensor, shape: Optional[Sequence[Optional[int]]] = None):
+        """``t`` as a builtin tensor (``torch_c.to_builtin_tensor``; si8/ui8 become i8), cast to
+        ``shape`` (``tensor.cast``: a static dim made dynamic, or the reverse) if given."""
+        element = {"si8": "i8", "ui8": "i8", "si32": "i32", "si64": "i64"}.get(t.dtype, t.dtype)
+        text = lambda dims: "tensor<" + "".join(("?" if d is None else str(d)) + "x" for d in dims) + element + ">"
+        value = self.op("torch_c.to_builtin_tensor", [t.value], [text(t.shape)])[0]
+        if shape is not None and tuple(shape) != tuple(t.shape):
+            value = self.op("tensor.cast", [value], [text(shape)])[0]
+        return value
+
+    def index(self, d: Dim):
+        """A Dim as an ``index`` value."""
+        if isinstance(d, int):
+            return self.op("arith.constant", [], ["index"], {"value": self.ir.IntegerAttr.get(self.ir.IndexType.get(self.types.context), d)})[0]
+        i64 = self.op("torch_c.to_i64", [d], ["i64"])[0]
+        return self.op("arith.index_cast", [i64], ["index"])[0]
+
+    def call_function(self, symbol: str, text: str, operands, shape, dtype: str) -> Tensor:
+        """``func.call @symbol`` on builtin operands, its one result back as a vtensor; ``text``
+        (the function and what it uses) is added to the module once, after the pass's walk."""
+        self.types.functions.setdefault(symbol, text)
+        dims = "x".join("?" if d is None else str(d) for d in shape)
+        callee = self.ir.FlatSymbolRefAttr.get(symbol, self.types.context)
+        (res,) = self.op("func.call", operands, [f"tensor<{dims}x{dtype}>"], {"callee": callee})
+        return self.tensor_op("torch_c.from_builtin_tensor", [res], shape, dtype)
 
     # -- scalar constants ---------------------------------------------------
     def _cached(self, key, make):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 from .errors import GqaTorchMlirError
 
-ATTENTION_FORMS = ("decomposed", "sdpa")
+ATTENTION_FORMS = ("decomposed", "sdpa", "fused")
 DEVICES = ("cpu", "gpu")
 SWITCH = ("off", "on")
 
@@ -23,6 +23,10 @@ class LoweringOptions:
     #               mask, softmax, P.V (K/V never repeated to num_heads)
     #   sdpa        aten.scaled_dot_product_attention with enable_gqa where it
     #               can express the op (torch-mlir's lowering repeats K/V)
+    #   fused       decomposed, with a decode step's attention (one query row, f32, none
+    #               of softcap, sinks, bias, output_qk, quantized caches) as one
+    #               hand-scheduled IREE CPU dispatch (kernels/decode_attention.py);
+    #               inside IREE's compiler only
     attention: str = "decomposed"
     # What the code is shaped for:
     #   cpu  the new cache rows scattered; a fixed-capacity buffer read on its
@@ -73,6 +77,6 @@ class LoweringOptions:
 #: on a GPU: benchmarks/README.md, "GPU").
 BACKEND_DEFAULTS = {
     "refbackend": LoweringOptions(),
-    "iree-cpu": LoweringOptions(),
+    "iree-cpu": LoweringOptions(attention="fused"),
     "iree-cuda": LoweringOptions(attention="sdpa", device="gpu"),
 }

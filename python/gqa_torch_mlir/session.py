@@ -55,6 +55,11 @@ SDPA_ON_REFBACKEND = (
     "(the default) or backend='iree-cpu'"
 )
 
+FUSED_OFF_IREE_CPU = (
+    "attention='fused' is refused on the {backend}: its decode kernel is an IREE CPU dispatch (kernels/decode_attention.py); "
+    "use backend='iree-cpu' (where it is the default) or attention='decomposed'"
+)
+
 
 @dataclass(frozen=True)
 class NodeArg:
@@ -114,6 +119,8 @@ class InferenceSession:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
         if backend == "refbackend" and attention == "sdpa":
             raise GqaTorchMlirError(SDPA_ON_REFBACKEND)
+        if backend != "iree-cpu" and attention == "fused":
+            raise GqaTorchMlirError(FUSED_OFF_IREE_CPU.format(backend=backend))
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         if share_buffers and backend not in IREE_BACKENDS:

@@ -451,8 +451,8 @@ def test_checks_leave_the_batch_branch():
     (as the IREE backends lower), its checks on tensors leave that branch and are read once at
     the end with the others: none is left directly in a top-level branch, where each would make
     the host wait for the device mid-step."""
-    module = import_onnx(make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=True)))
-    apply_lowerings(module.operation, options=LoweringOptions.for_backend("iree-cpu"), defer_checks=True)
+    model = make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=True))
+    module = IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module  # checks deferred
     (func,) = [op for op in module.body.operations if op.operation.name == "func.func"]
     top = [op.operation for op in func.regions[0].blocks[0].operations]
     branches = [op for op in top if op.name == "torch.prim.If"]

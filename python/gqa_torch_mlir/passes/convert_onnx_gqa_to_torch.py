@@ -95,6 +95,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     ir, rewrite = bindings_of(root)
     types = TypeCache(ir, root.context)
     refused: List[RefusedOp] = []
+    if options is not None and options.attention == "fused" and not _has_iree_dialects(root.context):
+        return [RefusedOp(root.location, FUSED_OUTSIDE_IREE)]
 
     def pattern(op, rewriter):
         op = op.operation
@@ -145,6 +147,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     patterns = rewrite.RewritePatternSet(root.context)
     patterns.add("torch.operator", pattern)
     rewrite.walk_and_apply_patterns(root, patterns.freeze())
+    if types.functions and not refused:
+        _add_functions(ir, root, types.functions)
     if route_uint8_results:
         guard_constant_uint8_results(root, ir)  # function_outputs.py: a torch-mlir fold cannot type them
     if defer_checks is None:
@@ -152,6 +156,69 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     if defer_checks and not refused:
         defer_runtime_checks(root, ir)  # deferred_checks.py: one host read per call, at the end
     return refused
+
+
+FUSED_OUTSIDE_IREE = (
+    "attention=fused emits IREE dispatches (flow.dispatch of a stream.executable, kernels/): it runs only inside "
+    "IREE's compiler (the iree-cpu backend); use attention=decomposed here")
+
+
+def _has_iree_dialects(context) -> bool:
+    """Whether ``context`` knows IREE's flow and stream dialects (IREE's bindings do; torch-mlir's do not)."""
+    try:
+        context.dialects["flow"], context.dialects["stream"]  # noqa: B018  loads them
+    except (IndexError, KeyError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _add_functions(ir, root, functions) -> None:
+    """The functions the lowerings call (``functions``: symbol -> text of the function and the
+    executables it dispatches), parsed into ``root``: the executables stay, each call is replaced
+    by its function's body and the function dropped.  IREE's torch input pipeline converts only
+    calls it can inline (a call left inside a ``torch.prim.If`` fails its func conversion)."""
+    body = root.regions[0].blocks[0]
+    callees = {}
+    for symbol, text in functions.items():
+        parsed = ir.Module.parse(text, root.context)
+        for op in list(parsed.body.operations):
+            op = op.operation
+            if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == symbol:
+                callees[symbol] = op
+            op.detach_from_parent()
+            body.append(op)
+    calls = []
+
+    def collect(op):
+        if op.name == "func.call" and ir.FlatSymbolRefAttr(op.attributes["callee"]).value in callees:
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(collect)
+    for call in calls:
+        _inline(ir, call, callees[ir.FlatSymbolRefAttr(call.attributes["callee"]).value])
+    for callee in callees.values():
+        callee.erase()
+
+
+def _inline(ir, call, callee) -> None:
+    """``call`` replaced by a copy of ``callee``'s one block (flat: no op in it has a region)."""
+    block = callee.regions[0].blocks[0]
+    mapping = {arg: operand for arg, operand in zip(block.arguments, call.operands)}
+    ip = ir.InsertionPoint(call)
+    for op in block.operations:
+        op = op.operation
+        if op.name == "func.return":
+            for result, value in zip(call.results, op.operands):
+                result.replace_all_uses_with(mapping.get(value, value))
+            break
+        copy = op.clone(ip=ip)
+        for i, operand in enumerate(op.operands):
+            if operand in mapping:
+                copy.operands[i] = mapping[operand]
+        for old, new in zip(op.results, copy.results):
+            mapping[old] = new
+    call.erase()
 
 
 def run_pass(op, pass_, options: Optional[LoweringOptions] = None, apply=None, argument: str = PASS_ARGUMENT) -> None:

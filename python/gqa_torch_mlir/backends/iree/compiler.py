@@ -89,12 +89,14 @@ from .targets import TARGETS
 __all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
 
 DECOMPOSED_ON_CUDA = (
-    "attention='decomposed' is refused on iree-cuda: IREE 3.13's CUDA code generation fails to distribute its "
-    "P.V matmul over a dynamic number of keys; use attention='sdpa' (IREE's attention op, the default there)"
+    "attention='{form}' is refused on iree-cuda: IREE 3.13's CUDA code generation fails to distribute the decomposed "
+    "form's P.V matmul over a dynamic number of keys (and the fused form's kernel is for the CPU); use attention='sdpa' "
+    "(IREE's attention op, the default there)"
 )
 
-# Dialects whose ops the importer and our builder create with the generic builder.
-_PRELOADED_DIALECTS = ("func", "torch")
+# Dialects whose ops the importer and our builder create with the generic builder (torch_c, arith,
+# tensor: the calls of kernels/, fused_decode.py).
+_PRELOADED_DIALECTS = ("func", "torch", "torch_c", "arith", "tensor")
 
 class _Diagnostics:
     """Collects the context's diagnostics (with their notes) while attached."""
@@ -230,7 +232,7 @@ class IreeBackend:
         if self.target.driver == "cuda":
             options = options or LoweringOptions.for_backend(target)
             if options.attention != "sdpa":
-                raise GqaTorchMlirError(DECOMPOSED_ON_CUDA)
+                raise GqaTorchMlirError(DECOMPOSED_ON_CUDA.format(form=options.attention))
         self.options = options
         self.share_buffers = share_buffers
         self.plugin = plugin

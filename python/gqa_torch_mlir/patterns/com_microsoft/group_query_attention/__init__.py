@@ -142,7 +142,7 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     keys_read_B1R, values_read_B1R = read_rows(tb, step, cache, attrs)
     if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
         keys_read_B1R = values_read_B1R = None
-    if b.options.attention == "decomposed" or needs_scores(attrs, ins) or codec.quantized:
+    if b.options.attention != "sdpa" or needs_scores(attrs, ins) or codec.quantized:
         return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
     if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
@@ -158,7 +158,7 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
     rows = (query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R)
 
     def attend_block(inner, block_step, q, k, v, visible, read):  # some of the query rows (no bias, no output_qk)
-        return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors)[0]
+        return decomposed_attention(inner, attrs, ins, block_step, q, k, v, visible, None, read, factors, b.options)[0]
 
     def attend_chunks(inner, q, k, v, visible, keys):  # a block of query rows over the keys in chunks (CPU)
         return chunked_attention(inner, attrs, ins, q, k, v, visible, keys, factors)
@@ -167,7 +167,8 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
         if can_loop(b.options, attrs, step, bias):  # a run-time S: in a loop of blocks from LOOP_FROM rows on
             chunked = attend_chunks if b.options.device == "cpu" else None
             return looped_attention(inner, attend_block, step, *rows, chunked=chunked), None
-        return decomposed_attention(inner, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, factors)
+        return decomposed_attention(inner, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, factors,
+                                    b.options)
 
     if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static
         return blocked_attention(tb, attend_block, step, *rows), None

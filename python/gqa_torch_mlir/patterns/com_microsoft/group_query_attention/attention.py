@@ -6,6 +6,7 @@ import math
 from typing import Optional, Tuple
 
 from ....builder import Dim, Tensor, TorchBuilder
+from ...common import fused_decode
 from ...common.attention import soft_cap, unless_empty
 from ...common.key_chunks import chunk, online_attention
 from ...common.grouped import grouped, grouped_per_head, grouped_sink, per_grouped_row, ungrouped
@@ -81,8 +82,10 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
     return tb.to_dtype(attn_BHSDh, dtype)
 
 
-def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None)):
-    """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32.
+def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None),
+                         options=None):
+    """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32; with
+    attention=fused, a decode step that needs none of the extras in one dispatch (fused_decode.py).
 
     ``factors``: f32 [1] scales multiplying Q.K^T and P.V (a PER_TENSOR cache's,
     whose K or V are then its codes; see CacheCodec.factor), or None.
@@ -95,6 +98,11 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     """
     dtype, Hkv, S = query_BHSDh.dtype, attrs.kv_num_heads, step.S
     G = attrs.num_heads // Hkv
+    plain = bias is None and factors == (None, None) and not needs_scores(attrs, ins)
+    if plain and fused_decode.applies(options, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
+        q_BHkvGDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # [B,H,1,Dh] -> [B,Hkv,G,Dh]
+        attn_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, key_BHkvTDh, value_BHkvTDh, visible_BST)
+        return ungrouped(tb, attn_BHkvGDh, G, 1), None  # -> [B,H,1,Dh]
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]

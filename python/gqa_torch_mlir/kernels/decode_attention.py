@@ -1,0 +1,274 @@
+"""A decode step's attention as one hand-scheduled IREE CPU dispatch (``attention=fused``).
+
+IREE 3.13's CPU code for the decomposed form's two matmuls read the cache at
+1.75x-2.0x numpy's time on an AMD Zen 4 guest, whatever their tiles
+(benchmarks/README.md, "CPU, round 13"); this kernel reads K and V once, row
+after row, at 1.1x-1.3x ("CPU, round 14").  It is written at the vector
+level, in a ``stream.executable`` that IREE compiles for the target CPU like
+its own dispatches (no object file, no C compiler), and called through a
+``flow.dispatch`` from a private function the lowering calls on builtin
+tensors.
+
+``render(shape)`` returns ``(symbol, text)``: the executable and the function
+``@symbol``, one per shape.  The function takes
+
+    q_BHkvGDh  f32 [B,Hkv,G,Dh]  the query rows grouped by KV head, already scaled
+    key_BHkvTDh, value_BHkvTDh  f32 [B,Hkv,T,Dh]  the caches; rows [0, n) are read
+    visible_BN i8 [B,n]  1 where batch row b attends key row t
+    n          index     the rows read (n <= T)
+
+and returns the attention f32 [B,Hkv,G,Dh].  Each workgroup (KV head, block of
+SPLIT_ROWS key rows, batch row) walks its rows in chunks of CHUNK_ROWS: the
+chunk's scores (each K row loaded once for the G query rows), an online
+softmax (running maximum and sum per query row, the accumulator rescaled when
+the maximum grows) and P.V (each V row loaded once).  A key row that is not
+visible is skipped, so a NaN in an unread row never reaches the result.  A
+second dispatch combines the blocks' partial results (their maxima, sums and
+accumulators).  A row with no visible key gives zeros, as onnxruntime's.
+The dot products and sums are reassociated per op (``fastmath<reassoc>``);
+nothing else in the module is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+CHUNK_ROWS = 8  # key rows per online-softmax step (8 read K/V fastest of 4-256: "CPU, round 14")
+SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV head for the workers to share
+MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
+HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    batch: Optional[int]  # B (None: dynamic)
+    kv_heads: int
+    group: int  # G: query heads per KV head (S = 1)
+    head_size: int
+    rows: Optional[int]  # T, the caches' row dimension (None: dynamic)
+
+    def symbol(self) -> str:
+        d = lambda v: "d" if v is None else str(v)
+        return f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}_dh{self.head_size}_t{d(self.rows)}"
+
+
+def supported(kv_heads: int, group: int, head_size: int) -> bool:
+    return kv_heads >= 1 and 1 <= group <= MAX_GROUP and head_size in HEAD_SIZES
+
+
+def _braces(names) -> str:
+    """The dynamic sizes of a shaped value: ``{%a, %b}``, or nothing."""
+    return "{" + ", ".join(names) + "}" if names else ""
+
+
+def _dims(shape):
+    return "x".join("?" if s is None else str(s) for s in shape)
+
+
+def _attend_body(s: KernelShape) -> str:
+    """The first export's function: one (KV head, block of keys, batch row) per workgroup."""
+    G, D, C = s.group, s.head_size, CHUNK_ROWS
+    qT = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"
+    kT = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
+    mT = f"memref<{_dims([s.batch, None])}xi8>"
+    oT = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"
+    lT = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"
+    bdim = "%bsz, " if s.batch is None else ""
+    kdims = _braces((["%bsz"] if s.batch is None else []) + (["%t"] if s.rows is None else []))
+    qdims = "{%bsz}" if s.batch is None else ""
+    L = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
+                      %ob: !stream.binding, %lb: !stream.binding, %n: index, %ns: index, %bsz: index, %t: index) {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %cC = arith.constant {C} : index
+      %i0 = arith.constant 0 : i8
+      %ninf = arith.constant 0xFF800000 : f32
+      %zero = arith.constant 0.0 : f32
+      %zv = arith.constant dense<0.0> : vector<{D}xf32>
+      %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>
+      %h = stream.dispatch.workgroup.id[0] : index
+      %y = stream.dispatch.workgroup.id[1] : index
+      %b = stream.dispatch.workgroup.id[2] : index
+      %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> {qT}{qdims}
+      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {kT}{kdims}
+      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {kT}{kdims}
+      %M = stream.binding.subspan %mb[%c0] : !stream.binding -> {mT}{{{bdim}%n}}
+      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{{{bdim}%ns}}
+      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{{{bdim}%ns}}
+      %cR = arith.constant {SPLIT_ROWS} : index
+      %lo = arith.muli %y, %cR : index
+      %hi0 = arith.addi %lo, %cR : index
+      %hi = arith.minui %hi0, %n : index
+      %ACC = memref.alloca() : memref<{G}x{D}xf32>
+      %S = memref.alloca() : memref<{G}x{C}xf32>"""]
+    a = L.append
+    for g in range(G):
+        a(f"      %g{g} = arith.constant {g} : index")
+        a(f"      %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {qT}, vector<{D}xf32>")
+        a(f"      vector.store %zv, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>")
+    init = ", ".join([f"%m{g} = %ninf" for g in range(G)] + [f"%l{g} = %zero" for g in range(G)])
+    f32s = ", ".join(["f32"] * (2 * G))
+    a(f"      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{")
+    a("        %rem = arith.subi %hi, %c : index")
+    a("        %len = arith.minui %rem, %cC : index")
+    for g in range(G):
+        a(f"        vector.store %ninfv, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>")
+    # scores of the chunk: each visible K row loaded once for the G query rows
+    a("        scf.for %j = %c0 to %len step %c1 {")
+    a("          %r = arith.addi %c, %j : index")
+    a(f"          %vis = memref.load %M[%b, %r] : {mT}")
+    a("          %seen = arith.cmpi ne, %vis, %i0 : i8")
+    a("          scf.if %seen {")
+    a(f"            %kv = vector.load %K[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
+    for g in range(G):
+        a(f"            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>")
+        a(f"            %s{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32")
+        a(f"            memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>")
+    a("          }")
+    a("        }")
+    # online softmax: new maximum, rescale factor, exponentials, running sums
+    for g in range(G):
+        a(f"""        %sv{g} = vector.load %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>
+        %mx{g} = vector.reduction <maximumf>, %sv{g} : vector<{C}xf32> into f32
+        %mn{g} = arith.maximumf %m{g}, %mx{g} : f32
+        %empty{g} = arith.cmpf oeq, %mn{g}, %ninf : f32
+        %ms{g} = arith.select %empty{g}, %zero, %mn{g} : f32
+        %dm{g} = arith.subf %m{g}, %ms{g} : f32
+        %al{g} = math.exp %dm{g} : f32
+        %mb{g} = vector.broadcast %ms{g} : f32 to vector<{C}xf32>
+        %ds{g} = arith.subf %sv{g}, %mb{g} : vector<{C}xf32>
+        %pe{g} = math.exp %ds{g} : vector<{C}xf32>
+        %ps{g} = vector.reduction <add>, %pe{g} fastmath<reassoc> : vector<{C}xf32> into f32
+        %la{g} = arith.mulf %l{g}, %al{g} : f32
+        %ln{g} = arith.addf %la{g}, %ps{g} : f32
+        vector.store %pe{g}, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>
+        %ao{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
+        %ab{g} = vector.broadcast %al{g} : f32 to vector<{D}xf32>
+        %as{g} = arith.mulf %ao{g}, %ab{g} : vector<{D}xf32>
+        vector.store %as{g}, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
+    # P.V of the chunk: each visible V row loaded once
+    a("        scf.for %j = %c0 to %len step %c1 {")
+    a("          %r = arith.addi %c, %j : index")
+    a(f"          %vis = memref.load %M[%b, %r] : {mT}")
+    a("          %seen = arith.cmpi ne, %vis, %i0 : i8")
+    a("          scf.if %seen {")
+    a(f"            %vv = vector.load %V[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
+    for g in range(G):
+        a(f"""            %pg{g} = memref.load %S[%g{g}, %j] : memref<{G}x{C}xf32>
+            %pb{g} = vector.broadcast %pg{g} : f32 to vector<{D}xf32>
+            %a{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
+            %an{g} = vector.fma %pb{g}, %vv, %a{g} : vector<{D}xf32>
+            vector.store %an{g}, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
+    a("          }")
+    a("        }")
+    a("        scf.yield " + ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)]) + f" : {f32s}")
+    a("      }")
+    for g in range(G):
+        a(f"""      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
+      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {oT}, vector<{D}xf32>
+      memref.store %fin#{g}, %ML[%b, %h, %y, %c0, %g{g}] : {lT}
+      memref.store %fin#{G + g}, %ML[%b, %h, %y, %c1, %g{g}] : {lT}""")
+    a("      return\n    }")
+    return "\n".join(L)
+
+
+def _combine_body(s: KernelShape) -> str:
+    """The second export's function: the blocks' partial results of one (KV head, batch row) combined."""
+    G, D = s.group, s.head_size
+    oT = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"
+    lT = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"
+    rT = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"
+    bdim = "%bsz, " if s.batch is None else ""
+    rdims = "{%bsz}" if s.batch is None else ""
+    L = [f"""    func.func @{s.symbol()}_combine(%ob: !stream.binding, %lb: !stream.binding, %rb: !stream.binding, %ns: index, %bsz: index) {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %ninf = arith.constant 0xFF800000 : f32
+      %zero = arith.constant 0.0 : f32
+      %one = arith.constant 1.0 : f32
+      %zv = arith.constant dense<0.0> : vector<{D}xf32>
+      %h = stream.dispatch.workgroup.id[0] : index
+      %b = stream.dispatch.workgroup.id[2] : index
+      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{{{bdim}%ns}}
+      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{{{bdim}%ns}}
+      %R = stream.binding.subspan %rb[%c0] : !stream.binding -> {rT}{rdims}"""]
+    a = L.append
+    for g in range(G):
+        a(f"""      %g{g} = arith.constant {g} : index
+      %mx{g} = scf.for %y = %c0 to %ns step %c1 iter_args(%m = %ninf) -> (f32) {{
+        %my = memref.load %ML[%b, %h, %y, %c0, %g{g}] : {lT}
+        %mm = arith.maximumf %m, %my : f32
+        scf.yield %mm : f32
+      }}
+      %empty{g} = arith.cmpf oeq, %mx{g}, %ninf : f32
+      %ms{g} = arith.select %empty{g}, %zero, %mx{g} : f32
+      %acc{g}:2 = scf.for %y = %c0 to %ns step %c1 iter_args(%num = %zv, %den = %zero) -> (vector<{D}xf32>, f32) {{
+        %my = memref.load %ML[%b, %h, %y, %c0, %g{g}] : {lT}
+        %ly = memref.load %ML[%b, %h, %y, %c1, %g{g}] : {lT}
+        %dm = arith.subf %my, %ms{g} : f32
+        %w = math.exp %dm : f32
+        %wb = vector.broadcast %w : f32 to vector<{D}xf32>
+        %oy = vector.load %O[%b, %h, %y, %g{g}, %c0] : {oT}, vector<{D}xf32>
+        %numy = vector.fma %wb, %oy, %num : vector<{D}xf32>
+        %wl = arith.mulf %w, %ly : f32
+        %deny = arith.addf %den, %wl : f32
+        scf.yield %numy, %deny : vector<{D}xf32>, f32
+      }}
+      %none{g} = arith.cmpf oeq, %acc{g}#1, %zero : f32
+      %den{g} = arith.select %none{g}, %one, %acc{g}#1 : f32
+      %inv{g} = arith.divf %one, %den{g} : f32
+      %ib{g} = vector.broadcast %inv{g} : f32 to vector<{D}xf32>
+      %res{g} = arith.mulf %acc{g}#0, %ib{g} : vector<{D}xf32>
+      vector.store %res{g}, %R[%b, %h, %g{g}, %c0] : {rT}, vector<{D}xf32>""")
+    a("      return\n    }")
+    return "\n".join(L)
+
+
+def render(s: KernelShape, opset: int) -> tuple:
+    """``(symbol, text)``: the executable ``@symbol_executable`` and the function ``@symbol``
+    (with ``torch.onnx_meta.opset_version = opset``, which IREE's ONNX input pipeline asks of
+    every function)."""
+    sym, G, D, Hkv = s.symbol(), s.group, s.head_size, s.kv_heads
+    B = "%bsz" if s.batch is None else f"%c{s.batch}"
+    t_q = f"tensor<{_dims([s.batch, Hkv, G, D])}xf32>"
+    t_k = f"tensor<{_dims([s.batch, Hkv, s.rows, D])}xf32>"
+    t_m = f"tensor<{_dims([s.batch, None])}xi8>"
+    t_o = f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>"
+    t_l = f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>"
+    dyn = lambda *names: _braces([n for n in names if n])
+    bd = "%bsz" if s.batch is None else ""
+    td = "%t" if s.rows is None else ""
+    text = f"""
+stream.executable private @{sym}_executable {{
+  stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
+    %hkv = arith.constant {Hkv} : index
+    %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
+    stream.return %hkv, %ns, %bsz : index, index, index
+  }}
+  stream.executable.export public @{sym}_combine workgroups(%bsz: index) -> (index, index, index) {{
+    %hkv = arith.constant {Hkv} : index
+    %c1 = arith.constant 1 : index
+    stream.return %hkv, %c1, %bsz : index, index, index
+  }}
+  builtin.module {{
+{_attend_body(s)}
+{_combine_body(s)}
+  }}
+}}
+func.func private @{sym}(%q: {t_q}, %k: {t_k}, %v: {t_k}, %mask: {t_m}, %n: index) -> {t_q} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %bsz = {"tensor.dim %q, %c0 : " + t_q if s.batch is None else f"arith.constant {s.batch} : index"}
+  %t = {"tensor.dim %k, %c2 : " + t_k if s.rows is None else f"arith.constant {s.rows} : index"}
+  %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
+  %part:2 = flow.dispatch @{sym}_executable::@{sym}_attend[%n, %bsz](%q, %k, %v, %mask, %n, %ns, %bsz, %t)
+      : ({t_q}{dyn(bd)}, {t_k}{dyn(bd, td)}, {t_k}{dyn(bd, td)}, {t_m}{dyn(bd, "%n")}, index, index, index, index)
+      -> ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")})
+  %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1, %ns, %bsz)
+      : ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")}, index, index) -> {t_q}{dyn(bd)}
+  return %r : {t_q}
+}}
+"""
+    return sym, text

@@ -1,0 +1,71 @@
+"""A decode step's attention as one IREE CPU dispatch (``attention=fused``; kernels/decode_attention.py).
+
+The grouped query rows [B,Hkv,G,Dh] (S = 1), scaled, against the K/V rows the
+step reads; the caches are handed to the kernel whole, with the count of rows
+read, so that a fixed-capacity buffer read on its first rows is read in place
+(as a slice it would be copied out: IREE passes only whole tensors to a
+dispatch).  Everything else (masks, softcap, sinks, biases, output_qk,
+quantized caches, several query rows) stays in the decomposed form: the
+caller asks :func:`applies` first.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from ...builder import Dim, Tensor, TorchBuilder
+from ...kernels.decode_attention import KernelShape, render, supported
+
+# IREE's ONNX input pipeline asks every function for an opset; the kernel's has no ONNX op.
+_OPSET = 21
+
+
+def applies(options, S: Dim, q_BHSDh: Tensor, key_BHkvTDh: Tensor, value_BHkvTDh: Tensor, Hkv: int) -> bool:
+    """attention=fused, one query row (static), f32 Q, K and V, and a KV head layout the kernel has."""
+    if options is None or options.attention != "fused" or not (isinstance(S, int) and S == 1):
+        return False
+    if any(t.dtype != "f32" for t in (q_BHSDh, key_BHkvTDh, value_BHkvTDh)):
+        return False
+    H, Dh = q_BHSDh.shape[1], q_BHSDh.shape[3]
+    return H is not None and Dh is not None and H % Hkv == 0 and supported(Hkv, H // Hkv, Dh)
+
+
+def _read_in_place(tb: TorchBuilder, rows_BHkvRDh: Tensor) -> Tuple[Tensor, Dim]:
+    """(the buffer, the rows read): the source of our own ``slice(buffer, 2, 0, rows)``, or the tensor itself."""
+    op = rows_BHkvRDh.value.owner
+    if op.name == "torch.aten.slice.Tensor" and len(op.operands) == 5:
+        ir = tb.ir
+        dim, start, step = (_constant_int(ir, v) for v in (op.operands[1], op.operands[2], op.operands[4]))
+        if (dim, start, step) == (2, 0, 1):
+            source = Tensor.of(op.operands[0])
+            end = _constant_int(ir, op.operands[3])
+            return source, (end if end is not None else op.operands[3])
+    return rows_BHkvRDh, tb.size(rows_BHkvRDh, 2)
+
+
+def _same(a: Dim, b: Dim) -> bool:
+    return a == b if isinstance(a, int) and isinstance(b, int) else (not isinstance(a, int) and not isinstance(b, int) and a == b)
+
+
+def _constant_int(ir, value) -> Optional[int]:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "torch.constant.int":
+        return None
+    return ir.IntegerAttr(owner.attributes["value"]).value
+
+
+def fused_decode_attention(tb: TorchBuilder, q_BHkvGDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
+                           visible_B1R: Tensor) -> Tensor:
+    """Attention [B,Hkv,G,Dh] f32 of the scaled grouped rows over the visible keys (i1 [B,1,R])."""
+    key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
+    value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
+    if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
+        key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
+    B, Hkv, G, Dh = q_BHkvGDh.shape
+    shape = KernelShape(B, Hkv, G, Dh, key_BHkvTDh.shape[2])
+    symbol, text = render(shape, _OPSET)
+    visible_BR = tb.to_dtype(tb.flatten(visible_B1R, 1, 2), "si8")  # [B,1,R] -> [B,R], 1 where attended
+    kv_shape = (B, Hkv, shape.rows, Dh)
+    operands = [tb.builtin(q_BHkvGDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
+                tb.builtin(visible_BR, (B, None)), tb.index(rows)]
+    return tb.call_function(symbol, text, operands, q_BHkvGDh.shape, "f32")

@@ -1,0 +1,120 @@
+"""The fused decode kernel (kernels/decode_attention.py) alone against numpy, and where the
+iree-cpu lowering uses it (attention=fused, its default there) and where it does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.kernels.decode_attention import CHUNK_ROWS, SPLIT_ROWS, KernelShape, render
+from gqa_torch_mlir.options import LoweringOptions
+from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import FUSED_OUTSIDE_IREE, apply_lowerings
+from gqa_torch_mlir.pipeline import import_onnx
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_model
+
+iree_compiler = pytest.importorskip("iree.compiler.tools")
+from gqa_torch_mlir.backends.iree import IreeCompiledModule, IreeCpuBackend  # noqa: E402
+
+HEADS = dict(num_heads=8, kv_num_heads=2, head_size=64)
+
+
+def _dims(shape) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def compiled_kernel(shape: KernelShape) -> IreeCompiledModule:
+    """@f(q, k, v, mask): the kernel's function called with n = the mask's columns."""
+    symbol, text = render(shape, 21)
+    q = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.group, shape.head_size])}xf32>"
+    kv = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.rows, shape.head_size])}xf32>"
+    m = f"tensor<{_dims([shape.batch, None])}xi8>"
+    text += f"""
+func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %m, %c1 : {m}
+  %r = func.call @{symbol}(%q, %k, %v, %m, %n) : ({q}, {kv}, {kv}, {m}, index) -> {q}
+  return %r : {q}
+}}"""
+    vmfb = iree_compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="none",
+                                     extra_args=["--iree-llvmcpu-target-cpu=host"])
+    return IreeCompiledModule(vmfb, "f", [np.float32], threads=1)
+
+
+def reference(q, k, v, visible):
+    """softmax(q.k^T over the visible rows) . v in f64; a row with no visible key gives zeros."""
+    n = visible.shape[1]
+    scores = np.einsum("bhgd,bhrd->bhgr", q.astype(np.float64), np.nan_to_num(k[:, :, :n]).astype(np.float64))
+    scores = np.where(visible[:, None, None, :], scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isinf(top), 0.0, top))
+    den = e.sum(-1, keepdims=True)
+    return np.einsum("bhgr,bhrd->bhgd", e, np.nan_to_num(v[:, :, :n])) / np.where(den == 0, 1.0, den)
+
+
+# (B or None, Hkv, G, Dh, T or None), batch rows, rows read: chunk tails, several blocks, one row
+SHAPES = [
+    ((1, 8, 4, 128, None), 1, 1000),
+    ((None, 2, 7, 64, None), 3, SPLIT_ROWS + CHUNK_ROWS + 3),
+    ((2, 4, 1, 96, 2 * SPLIT_ROWS + 40), 2, 2 * SPLIT_ROWS + 1),
+    ((None, 1, 16, 256, None), 2, 9),
+    ((1, 8, 4, 128, None), 1, 1),
+]
+
+
+@pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) == 5 else str(v))
+def test_kernel_matches_numpy(shape, batch, n):
+    """Every shape form against numpy; batch row 0 has invisible rows holding NaN (never read),
+    batch row 1 (if any) no visible key (zeros, as onnxruntime gives)."""
+    s = KernelShape(*shape)
+    rng = np.random.default_rng(n)
+    rows = s.rows or n + 5
+    q = (rng.standard_normal((batch, s.kv_heads, s.group, s.head_size)) / np.sqrt(s.head_size)).astype(np.float32)
+    k = rng.standard_normal((batch, s.kv_heads, rows, s.head_size)).astype(np.float32)
+    v = rng.standard_normal((batch, s.kv_heads, rows, s.head_size)).astype(np.float32)
+    visible = rng.random((batch, n)) < 0.9
+    visible[0, 0] = n == 1 or visible[0, 0]
+    k[0, :, :n][:, ~visible[0]] = np.nan
+    v[0, :, :n][:, ~visible[0]] = np.nan
+    if batch > 1:
+        visible[1] = False
+        k[1], v[1] = np.nan, np.nan
+    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, visible.astype(np.int8))[0])
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, reference(q, k, v, visible), rtol=0, atol=2e-6)
+    if batch > 1:
+        assert not out[1].any()
+
+
+def lowered_text(cfg: GQAConfig, attention=None) -> str:
+    options = LoweringOptions.for_backend("iree-cpu", attention)
+    return str(IreeCpuBackend(threads=1, options=options).lower(make_model(cfg)).module)
+
+
+def test_decode_steps_take_the_kernel():
+    """A decode step (static or run-time query length) dispatches the kernel, reading a
+    fixed-capacity buffer in place (the whole buffer and the rows read, no slice of it)."""
+    text = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, **HEADS))
+    assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_executable") == 2  # attend, combine
+    assert "torch.aten.matmul" not in text
+    dynamic = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, dynamic=True, **HEADS))
+    assert "flow.dispatch @gqa_decode_attention" in dynamic
+
+
+@pytest.mark.parametrize("cfg,attention", [
+    (GQAConfig(batch=1, seq=4, past=8, **HEADS), None),  # several query rows
+    (GQAConfig(batch=1, seq=1, past=8, head_sink=True, **HEADS), None),  # a sink: decomposed
+    (GQAConfig(batch=1, seq=1, past=8, **HEADS), "decomposed"),
+], ids=["prefill", "head_sink", "decomposed"])
+def test_other_steps_stay_decomposed(cfg, attention):
+    assert "gqa_decode_attention" not in lowered_text(cfg, attention)
+
+
+def test_fused_is_refused_outside_iree():
+    """torch-mlir's bindings (gqa-torch-mlir-opt, the refbackend) have no IREE dialects."""
+    module = import_onnx(make_model(GQAConfig(batch=1, seq=1, past=8, **HEADS)))
+    refused = apply_lowerings(module.operation, options=LoweringOptions(attention="fused"))
+    assert [r.message for r in refused] == [FUSED_OUTSIDE_IREE]
+    with pytest.raises(GqaTorchMlirError, match="attention='fused' is refused on the refbackend"):
+        InferenceSession(make_model(GQAConfig(batch=1, seq=1, past=8, **HEADS)), attention="fused")
