@@ -13,6 +13,11 @@ from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import FUSED_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_model
+from gqa_torch_mlir.testing.standard_attention import AttentionConfig as AC
+from gqa_torch_mlir.testing.standard_attention import MaskSpec as AM
+from gqa_torch_mlir.testing.standard_attention import make_inputs as make_attention_inputs
+from gqa_torch_mlir.testing.standard_attention import make_model as make_attention_model
+from gqa_torch_mlir.testing.standard_attention import run_onnxruntime as run_attention_onnxruntime
 
 iree_compiler = pytest.importorskip("iree.compiler.tools")
 from gqa_torch_mlir.backends.iree import IreeCompiledModule, IreeCpuBackend  # noqa: E402
@@ -29,7 +34,7 @@ def compiled_kernel(shape: KernelShape) -> IreeCompiledModule:
     symbol, text = render(shape, 21)
     q = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.group, shape.head_size])}xf32>"
     kv = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.rows, shape.head_size])}xf32>"
-    m = f"tensor<{_dims([shape.batch, None])}xi8>"
+    m = f"tensor<{_dims([shape.batch, None])}xf32>"
     text += f"""
 func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
   %c1 = arith.constant 1 : index
@@ -42,11 +47,12 @@ func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
     return IreeCompiledModule(vmfb, "f", [np.float32], threads=1)
 
 
-def reference(q, k, v, visible):
-    """softmax(q.k^T over the visible rows) . v in f64; a row with no visible key gives zeros."""
-    n = visible.shape[1]
+def reference(q, k, v, bias):
+    """softmax(q.k^T + bias over the rows whose bias is not -inf) . v in f64; a row with no such key gives zeros."""
+    n = bias.shape[1]
+    visible = bias != -np.inf
     scores = np.einsum("bhgd,bhrd->bhgr", q.astype(np.float64), np.nan_to_num(k[:, :, :n]).astype(np.float64))
-    scores = np.where(visible[:, None, None, :], scores, -np.inf)
+    scores = np.where(visible[:, None, None, :], scores + bias[:, None, None, :], -np.inf)
     top = scores.max(-1, keepdims=True)
     e = np.exp(scores - np.where(np.isinf(top), 0.0, top))
     den = e.sum(-1, keepdims=True)
@@ -65,8 +71,9 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) == 5 else str(v))
 def test_kernel_matches_numpy(shape, batch, n):
-    """Every shape form against numpy; batch row 0 has invisible rows holding NaN (never read),
-    batch row 1 (if any) no visible key (zeros, as onnxruntime gives)."""
+    """Every shape form against numpy, with a bias of 0, -inf and finite values; batch row 0 has
+    rows of bias -inf holding NaN (never read), batch row 1 (if any) no key to see (zeros, as
+    onnxruntime gives)."""
     s = KernelShape(*shape)
     rng = np.random.default_rng(n)
     rows = s.rows or n + 5
@@ -80,9 +87,11 @@ def test_kernel_matches_numpy(shape, batch, n):
     if batch > 1:
         visible[1] = False
         k[1], v[1] = np.nan, np.nan
-    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, visible.astype(np.int8))[0])
+    bias = np.where(visible, np.where(rng.random((batch, n)) < 0.5, 0.0, rng.standard_normal((batch, n))), -np.inf)
+    bias = bias.astype(np.float32)
+    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias)[0])
     assert not np.isnan(out).any()
-    np.testing.assert_allclose(out, reference(q, k, v, visible), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(out, reference(q, k, v, bias), rtol=0, atol=2e-6)
     if batch > 1:
         assert not out[1].any()
 
@@ -118,3 +127,37 @@ def test_fused_is_refused_outside_iree():
     assert [r.message for r in refused] == [FUSED_OUTSIDE_IREE]
     with pytest.raises(GqaTorchMlirError, match="attention='fused' is refused on the refbackend"):
         InferenceSession(make_model(GQAConfig(batch=1, seq=1, past=8, **HEADS)), attention="fused")
+
+
+def test_nan_bias_reaches_the_row():
+    """A NaN bias is not a skipped key: that batch row's output is NaN, the others' are not."""
+    s = KernelShape(None, 2, 4, 64, None)
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in [(2, 2, 4, 64), (2, 2, 20, 64), (2, 2, 20, 64)])
+    bias = np.zeros((2, 20), np.float32)
+    bias[1, 7] = np.nan
+    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias)[0])
+    assert np.isnan(out[1]).all() and not np.isnan(out[0]).any()
+
+
+# The standard Attention's decode steps (S = 1, a past): masks of one bias row per batch row
+# take the kernel; the outputs against onnxruntime's kernel.
+STANDARD_DECODES = [
+    AC(B=2, S=1, L=1, P=20, H=8, Hkv=2, Dh=16, present=True, mask=AM("bool", "B1ST")),
+    AC(S=1, L=1, P=20, H=8, Hkv=2, Dh=16, present=True, mask=AM("float", "ST")),  # 20% -inf, the rest finite biases
+    AC(S=1, L=1, P=9, H=4, Hkv=4, Dh=8, present=True, is_causal=True),
+    AC(B=2, S=1, L=1, P=6, H=4, Hkv=2, Dh=8, present=True, mask=AM("bool", "B1ST", full_rows=True)),  # rows of no key: zeros
+    AC(S=1, L=1, P=6, H=4, Hkv=2, Dh=8, present=True, mask=AM("float", "B1ST", float_fill="lowest")),
+]
+
+
+@pytest.mark.parametrize("cfg", STANDARD_DECODES, ids=lambda c: c.name)
+def test_standard_attention_decode_takes_the_kernel(cfg):
+    model, feeds = make_attention_model(cfg), make_attention_inputs(cfg, 0)
+    lowered = str(IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module)
+    assert "flow.dispatch @gqa_decode_attention" in lowered
+    expected = run_attention_onnxruntime(model, feeds)
+    session = InferenceSession(model, backend="iree-cpu")
+    names = [o.name for o in session.get_outputs()]
+    for name, have in zip(names, session.run(names, feeds)):
+        np.testing.assert_allclose(have, expected[name], rtol=0, atol=1e-5, err_msg=name)

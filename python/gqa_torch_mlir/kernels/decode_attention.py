@@ -14,15 +14,16 @@ tensors.
 
     q_BHkvGDh  f32 [B,Hkv,G,Dh]  the query rows grouped by KV head, already scaled
     key_BHkvTDh, value_BHkvTDh  f32 [B,Hkv,T,Dh]  the caches; rows [0, n) are read
-    visible_BN i8 [B,n]  1 where batch row b attends key row t
+    bias_BN    f32 [B,n]  added to every score of batch row b on key row t; -inf: not attended
     n          index     the rows read (n <= T)
 
 and returns the attention f32 [B,Hkv,G,Dh].  Each workgroup (KV head, block of
 SPLIT_ROWS key rows, batch row) walks its rows in chunks of CHUNK_ROWS: the
-chunk's scores (each K row loaded once for the G query rows), an online
+chunk's scores (each K row loaded once for the G query rows, plus its bias), an online
 softmax (running maximum and sum per query row, the accumulator rescaled when
-the maximum grows) and P.V (each V row loaded once).  A key row that is not
-visible is skipped, so a NaN in an unread row never reaches the result.  A
+the maximum grows) and P.V (each V row loaded once).  A key row whose bias is
+-inf is skipped, so a NaN in an unread row never reaches the result (a NaN
+bias is not skipped: it makes the row's output NaN, as onnxruntime's).  A
 second dispatch combines the blocks' partial results (their maxima, sums and
 accumulators).  A row with no visible key gives zeros, as onnxruntime's.
 The dot products and sums are reassociated per op (``fastmath<reassoc>``);
@@ -71,7 +72,7 @@ def _attend_body(s: KernelShape) -> str:
     G, D, C = s.group, s.head_size, CHUNK_ROWS
     qT = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"
     kT = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
-    mT = f"memref<{_dims([s.batch, None])}xi8>"
+    mT = f"memref<{_dims([s.batch, None])}xf32>"
     oT = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"
     lT = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"
     bdim = "%bsz, " if s.batch is None else ""
@@ -82,7 +83,6 @@ def _attend_body(s: KernelShape) -> str:
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
       %cC = arith.constant {C} : index
-      %i0 = arith.constant 0 : i8
       %ninf = arith.constant 0xFF800000 : f32
       %zero = arith.constant 0.0 : f32
       %zv = arith.constant dense<0.0> : vector<{D}xf32>
@@ -117,13 +117,14 @@ def _attend_body(s: KernelShape) -> str:
     # scores of the chunk: each visible K row loaded once for the G query rows
     a("        scf.for %j = %c0 to %len step %c1 {")
     a("          %r = arith.addi %c, %j : index")
-    a(f"          %vis = memref.load %M[%b, %r] : {mT}")
-    a("          %seen = arith.cmpi ne, %vis, %i0 : i8")
+    a(f"          %bias = memref.load %M[%b, %r] : {mT}")
+    a("          %seen = arith.cmpf une, %bias, %ninf : f32")
     a("          scf.if %seen {")
     a(f"            %kv = vector.load %K[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
     for g in range(G):
         a(f"            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>")
-        a(f"            %s{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32")
+        a(f"            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32")
+        a(f"            %s{g} = arith.addf %d{g}, %bias : f32")
         a(f"            memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>")
     a("          }")
     a("        }")
@@ -150,8 +151,8 @@ def _attend_body(s: KernelShape) -> str:
     # P.V of the chunk: each visible V row loaded once
     a("        scf.for %j = %c0 to %len step %c1 {")
     a("          %r = arith.addi %c, %j : index")
-    a(f"          %vis = memref.load %M[%b, %r] : {mT}")
-    a("          %seen = arith.cmpi ne, %vis, %i0 : i8")
+    a(f"          %bias = memref.load %M[%b, %r] : {mT}")
+    a("          %seen = arith.cmpf une, %bias, %ninf : f32")
     a("          scf.if %seen {")
     a(f"            %vv = vector.load %V[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
     for g in range(G):
@@ -233,7 +234,7 @@ def render(s: KernelShape, opset: int) -> tuple:
     B = "%bsz" if s.batch is None else f"%c{s.batch}"
     t_q = f"tensor<{_dims([s.batch, Hkv, G, D])}xf32>"
     t_k = f"tensor<{_dims([s.batch, Hkv, s.rows, D])}xf32>"
-    t_m = f"tensor<{_dims([s.batch, None])}xi8>"
+    t_m = f"tensor<{_dims([s.batch, None])}xf32>"
     t_o = f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>"
     t_l = f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>"
     dyn = lambda *names: _braces([n for n in names if n])

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import numpy as np
+
 from ...builder import Dim, Tensor, TorchBuilder
 from ...kernels.decode_attention import KernelShape, render, supported
 
@@ -20,9 +22,9 @@ from ...kernels.decode_attention import KernelShape, render, supported
 _OPSET = 21
 
 
-def applies(options, S: Dim, q_BHSDh: Tensor, key_BHkvTDh: Tensor, value_BHkvTDh: Tensor, Hkv: int) -> bool:
-    """attention=fused, one query row (static), f32 Q, K and V, and a KV head layout the kernel has."""
-    if options is None or options.attention != "fused" or not (isinstance(S, int) and S == 1):
+def applies(enabled: bool, S: Dim, q_BHSDh: Tensor, key_BHkvTDh: Tensor, value_BHkvTDh: Tensor, Hkv: int) -> bool:
+    """``enabled`` (attention=fused), one query row (static), f32 Q, K and V, and a KV head layout the kernel has."""
+    if not enabled or not (isinstance(S, int) and S == 1):
         return False
     if any(t.dtype != "f32" for t in (q_BHSDh, key_BHkvTDh, value_BHkvTDh)):
         return False
@@ -32,8 +34,8 @@ def applies(options, S: Dim, q_BHSDh: Tensor, key_BHkvTDh: Tensor, value_BHkvTDh
 
 def _read_in_place(tb: TorchBuilder, rows_BHkvRDh: Tensor) -> Tuple[Tensor, Dim]:
     """(the buffer, the rows read): the source of our own ``slice(buffer, 2, 0, rows)``, or the tensor itself."""
-    op = rows_BHkvRDh.value.owner
-    if op.name == "torch.aten.slice.Tensor" and len(op.operands) == 5:
+    op = rows_BHkvRDh.value.owner  # a Block for a block argument
+    if getattr(op, "name", None) == "torch.aten.slice.Tensor" and len(op.operands) == 5:
         ir = tb.ir
         dim, start, step = (_constant_int(ir, v) for v in (op.operands[1], op.operands[2], op.operands[4]))
         if (dim, start, step) == (2, 0, 1):
@@ -49,14 +51,29 @@ def _same(a: Dim, b: Dim) -> bool:
 
 def _constant_int(ir, value) -> Optional[int]:
     owner = value.owner
-    if isinstance(owner, ir.Block) or owner.name != "torch.constant.int":
+    if getattr(owner, "name", None) != "torch.constant.int":
         return None
     return ir.IntegerAttr(owner.attributes["value"]).value
 
 
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def visible_bias(tb: TorchBuilder, visible_B1R: Tensor, read_B1R: Optional[Tensor]) -> Tensor:
+    """The kernel's bias from which keys a batch row attends (i1 [B,1,R]) and reads (i1 [B,1,R];
+    None: all): f32 [B,R], 0 where attended, the lowest f32 where masked but read (its value row
+    still multiplies a 0 probability, so a NaN there reaches the output, as in onnxruntime's P.V
+    over the rows it reads), -inf where not read (skipped)."""
+    bias_BR = tb.where_scalars(tb.flatten(visible_B1R, 1, 2), 0.0, LOWEST, "f32")  # [B,1,R] -> [B,R]
+    if read_B1R is None:
+        return bias_BR
+    return tb.where_else_scalar(tb.flatten(read_B1R, 1, 2), bias_BR, float("-inf"))
+
+
 def fused_decode_attention(tb: TorchBuilder, q_BHkvGDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
-                           visible_B1R: Tensor) -> Tensor:
-    """Attention [B,Hkv,G,Dh] f32 of the scaled grouped rows over the visible keys (i1 [B,1,R])."""
+                           bias_BR: Tensor) -> Tensor:
+    """Attention [B,Hkv,G,Dh] f32 of the scaled grouped rows, each score plus its batch row's bias
+    (f32 [B|1,R]; -inf: the key is not attended)."""
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
@@ -64,8 +81,9 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGDh: Tensor, key_BHkvRDh: Ten
     B, Hkv, G, Dh = q_BHkvGDh.shape
     shape = KernelShape(B, Hkv, G, Dh, key_BHkvTDh.shape[2])
     symbol, text = render(shape, _OPSET)
-    visible_BR = tb.to_dtype(tb.flatten(visible_B1R, 1, 2), "si8")  # [B,1,R] -> [B,R], 1 where attended
+    if bias_BR.shape[0] != B:  # one row for every batch row
+        bias_BR = tb.expand(bias_BR, [tb.size(q_BHkvGDh, 0), -1])  # [1,R] -> [B,R]
     kv_shape = (B, Hkv, shape.rows, Dh)
     operands = [tb.builtin(q_BHkvGDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
-                tb.builtin(visible_BR, (B, None)), tb.index(rows)]
+                tb.builtin(bias_BR, (B, None)), tb.index(rows)]
     return tb.call_function(symbol, text, operands, q_BHkvGDh.shape, "f32")

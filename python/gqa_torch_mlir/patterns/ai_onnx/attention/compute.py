@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ....builder import Tensor, TorchBuilder
+from ...common import fused_decode
 from ...common.attention import soft_cap, unless_empty
 from ...common.grouped import grouped, grouped_per_head, ungrouped
 from ...common.key_chunks import chunk, online_attention
@@ -44,6 +45,8 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     dtype, ct = q_BHSDh.dtype, compute_dtype(q_BHSDh.dtype)
     H, Hkv, S = q_BHSDh.shape[1], k_BHkvTDh.shape[1], tb.size(q_BHSDh, 2)
     G = H // Hkv
+    if takes_fused(attrs, q_BHSDh, k_BHkvTDh, v_BHkvTDv, mask):
+        return fused(tb, attrs, q_BHSDh, k_BHkvTDh, v_BHkvTDv, mask), None
 
     def stored(t: Tensor) -> Tensor:  # rounded to Q's type, computed on in ct
         return t if dtype == ct else tb.to_dtype(tb.to_dtype(t, dtype), ct)
@@ -72,6 +75,34 @@ def grouped_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSDh: Ten
     y_BHSDv = ungrouped(tb, y_BHkvGSDv, G, S)  # -> [B,H,S,Dv]
     qk = tb.to_dtype(ungrouped(tb, stages[attrs.qk_mode], G, S), dtype) if attrs.qk_mode >= 0 else None  # -> [B,H,S,T]
     return tb.to_dtype(y_BHSDv, dtype), qk
+
+
+def takes_fused(attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDv: Tensor, mask: Optional[KeyMask]) -> bool:
+    """A decode step the fused kernel computes as the kernel stages do: f32, Dv = Dh, no softcap or
+    qk_matmul_output, and a mask (if any) of one bias row per batch row, without nonpad_kv_seqlen."""
+    if not attrs.fused or attrs.body or attrs.softcap > 0 or attrs.qk_mode >= 0 or v_BHkvTDv.shape[3] != q_BHSDh.shape[3]:
+        return False
+    if mask is not None and (mask.nonpad_excluded is not None or (mask.bias is not None and mask.bias.shape[1:3] != (1, 1))):
+        return False
+    return fused_decode.applies(True, q_BHSDh.shape[2], q_BHSDh, k_BHkvTDh, v_BHkvTDv, k_BHkvTDh.shape[1])
+
+
+def fused(tb: TorchBuilder, attrs: AttentionAttributes, q_BH1Dh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDh: Tensor,
+          mask: Optional[KeyMask]) -> Tensor:
+    """Y [B,H,1,Dh] by the fused kernel (common/fused_decode.py): the mask's bias row as the kernel's
+    (excluded keys at the lowest value still multiply their value rows by 0, as here), then
+    onnxruntime's zero rows (no key above the lowest value)."""
+    H, Hkv, Dh = q_BH1Dh.shape[1], k_BHkvTDh.shape[1], q_BH1Dh.shape[3]
+    q_BHkvGDh = tb.mul_scalar(grouped(tb, q_BH1Dh, Hkv), effective_scale(attrs, Dh))  # [B,H,1,Dh] -> [B,Hkv,G,Dh]
+    if mask is not None and mask.bias is not None:
+        bias_BT = tb.flatten(mask.bias, 1, 3)  # [B|1,1,1,T] -> [B|1,T]
+    else:
+        bias_BT = tb.full_sized([1, tb.size(k_BHkvTDh, 2)], 0.0, "f32")  # every key: [1,T]
+    y_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, k_BHkvTDh, v_BHkvTDh, bias_BT)
+    y_BH1Dh = ungrouped(tb, y_BHkvGDh, H // Hkv, 1)  # -> [B,H,1,Dh]
+    if mask is not None:
+        y_BH1Dh = tb.where_scalar_else(mask.full_rows, 0.0, y_BH1Dh)
+    return y_BH1Dh
 
 
 def chunked_attention(tb: TorchBuilder, attrs: AttentionAttributes, q_BHSbDh: Tensor, k_BHkvTpDh: Tensor, v_BHkvTpDv: Tensor,

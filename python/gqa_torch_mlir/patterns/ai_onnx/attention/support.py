@@ -48,6 +48,7 @@ class AttentionAttributes:
     body: bool = False  # onnxruntime runs the op's function body (runs_function_body)
     scale_given: bool = False
     softmax_f32: bool = False  # f64 with softmax_precision 1: the softmax in float
+    fused: bool = False  # attention=fused: a decode step in one dispatch where it can (compute.py)
 
 
 def excluded_value(attrs: AttentionAttributes, dtype: str) -> float:
@@ -77,7 +78,8 @@ def read_attributes(b: OpBinder, opset: int, dtype: str, body: bool = False) -> 
         if value < 0:
             raise Refusal(f"value {value} is not supported; supported: a count >= 1", f"attribute '{name}'")
     softmax_f32 = dtype == "f64" and b.has_attr("softmax_precision") and b.attr_int("softmax_precision") == 1
-    return AttentionAttributes(opset, heads[0], heads[1], scale, bool(is_causal), softcap, qk_mode(b), body, b.has_attr("scale"), softmax_f32)
+    return AttentionAttributes(opset, heads[0], heads[1], scale, bool(is_causal), softcap, qk_mode(b), body, b.has_attr("scale"), softmax_f32,
+                               b.options.attention == "fused")
 
 
 def check_softmax_precision(b: OpBinder, dtype: str) -> None:

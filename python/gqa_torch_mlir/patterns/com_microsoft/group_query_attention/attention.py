@@ -99,9 +99,11 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     dtype, Hkv, S = query_BHSDh.dtype, attrs.kv_num_heads, step.S
     G = attrs.num_heads // Hkv
     plain = bias is None and factors == (None, None) and not needs_scores(attrs, ins)
-    if plain and fused_decode.applies(options, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
+    fused = options is not None and options.attention == "fused"
+    if plain and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
         q_BHkvGDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # [B,H,1,Dh] -> [B,Hkv,G,Dh]
-        attn_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, key_BHkvTDh, value_BHkvTDh, visible_BST)
+        bias_BR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,1,R] -> [B,R]
+        attn_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, key_BHkvTDh, value_BHkvTDh, bias_BR)
         return ungrouped(tb, attn_BHkvGDh, G, 1), None  # -> [B,H,1,Dh]
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
