@@ -8,6 +8,10 @@
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch %s | FileCheck %s --check-prefix=DECOMPOSED
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch --torch-onnx-to-torch-backend-pipeline %s | FileCheck %s --check-prefix=BACKEND
 // RUN: gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=sdpa %s | FileCheck %s --check-prefix=SDPA
+// The third form, fused (iree-cpu's default: a decode step in one IREE dispatch), needs IREE's
+// dialects; gqa-torch-mlir-opt (torch-mlir's) refuses it by name.
+// RUN: not gqa-torch-mlir-opt --convert-onnx-gqa-to-torch=attention=fused %s 2>&1 | FileCheck %s --check-prefix=FUSED
+// FUSED: error: attention=fused emits IREE dispatches {{.*}}: it runs only inside IREE's compiler (the iree-cpu backend); use attention=decomposed here
 // The GPU form (device=gpu, iree-cuda's default): the new row written by a select over the cache
 // rows, no scatter, and every row read, masked: no length read back to the host (aten.item);
 // the run-time checks' conjunction computed with them, before the compute (so IREE runs it with the
