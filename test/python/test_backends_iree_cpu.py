@@ -312,8 +312,8 @@ def test_pass_runs_in_iree_bindings(tmp_path):
     assert context is lowered.session.context
     assert context.is_registered_operation("torch.aten.scatter.src")
     # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
-    # The run-time checks come after the attention, read back once (deferred_checks.py); their
-    # conjunction is computed with them, before the attention.
+    # The run-time checks come after the attention (iree-cpu's fused decode kernel), read back once
+    # (deferred_checks.py); their conjunction is computed with them, before the attention.
     filecheck(
         lowered.asm(),
         f"""\
@@ -321,8 +321,8 @@ def test_pass_runs_in_iree_bindings(tmp_path):
         CHECK-NOT: onnx.GroupQueryAttention
         CHECK: = torch.aten.scatter.src %
         CHECK: = torch.aten.scatter.src %
-        CHECK: = torch.aten.matmul %
-        CHECK: = torch.aten.matmul %
+        CHECK: flow.dispatch @gqa_decode_attention_b2_hkv2_g2_dh16_t8_executable::
+        CHECK: flow.dispatch @gqa_decode_attention_b2_hkv2_g2_dh16_t8_executable::
         CHECK-NOT: torch.runtime.assert
         CHECK-NOT: torch.aten.logical_and
         CHECK: torch.prim.If

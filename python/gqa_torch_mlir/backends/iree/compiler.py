@@ -205,7 +205,8 @@ class IreeBackend:
     ``N >= 2`` on ``local-task`` with ``N`` workers; ``None`` on ``local-task``
     with one worker per CPU available to the process.  ``extra_flags`` are
     appended to the target's flags and tuning.py's (``--iree-codegen-tuning-spec-path=``
-    compiles iree-cpu without the spec).  ``share_buffers``: see
+    compiles iree-cpu without the spec).  ``options``: the pass's, by default the target's
+    (options.py's BACKEND_DEFAULTS: fused on iree-cpu).  ``share_buffers``: see
     :meth:`IreeCompiledModule.invoke`.  ``plugin=False`` skips our pass, so
     torch-mlir's own ONNX lowerings (inside IREE) meet every op: benchmarks
     compare against that.
@@ -229,10 +230,9 @@ class IreeBackend:
         self.target = TARGETS[target]
         if threads is not None and self.target.driver != "local":
             raise GqaTorchMlirError(f"threads is a CPU setting; {target} takes none (got {threads!r})")
-        if self.target.driver == "cuda":
-            options = options or LoweringOptions.for_backend(target)
-            if options.attention != "sdpa":
-                raise GqaTorchMlirError(DECOMPOSED_ON_CUDA.format(form=options.attention))
+        options = options or LoweringOptions.for_backend(target)  # the target's forms (options.py)
+        if self.target.driver == "cuda" and options.attention != "sdpa":
+            raise GqaTorchMlirError(DECOMPOSED_ON_CUDA.format(form=options.attention))
         self.options = options
         self.share_buffers = share_buffers
         self.plugin = plugin
