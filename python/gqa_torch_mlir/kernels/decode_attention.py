@@ -67,18 +67,30 @@ def _dims(shape):
     return "x".join("?" if s is None else str(s) for s in shape)
 
 
+class _Memrefs:
+    """The memref types of the kernel's bindings for one shape (a dynamic dim: ``?``, sized by the
+    function's index operands)."""
+
+    def __init__(self, s: KernelShape):
+        G, D = s.group, s.head_size
+        self.q = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"  # [B,Hkv,G,Dh]
+        self.kv = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"  # [B,Hkv,T,Dh]
+        self.bias = f"memref<{_dims([s.batch, None])}xf32>"  # [B,n]
+        self.acc = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"  # [B,Hkv,blocks,G,Dh]
+        self.ml = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"  # [B,Hkv,blocks,(max, sum),G]
+        self.out = self.q
+        batch = ["%bsz"] if s.batch is None else []
+        self.q_dims = _braces(batch)
+        self.kv_dims = _braces(batch + (["%t"] if s.rows is None else []))
+        self.bias_dims = _braces(batch + ["%n"])
+        self.block_dims = _braces(batch + ["%ns"])
+
+
 def _attend_body(s: KernelShape) -> str:
-    """The first export's function: one (KV head, block of keys, batch row) per workgroup."""
-    G, D, C = s.group, s.head_size, CHUNK_ROWS
-    qT = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"
-    kT = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
-    mT = f"memref<{_dims([s.batch, None])}xf32>"
-    oT = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"
-    lT = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"
-    bdim = "%bsz, " if s.batch is None else ""
-    kdims = _braces((["%bsz"] if s.batch is None else []) + (["%t"] if s.rows is None else []))
-    qdims = "{%bsz}" if s.batch is None else ""
-    L = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
+    """The first export's function: one (KV head, block of keys, batch row) per workgroup, its
+    block's keys in chunks of CHUNK_ROWS (scores, online softmax, P.V), its partial results out."""
+    G, D, C, m = s.group, s.head_size, CHUNK_ROWS, _Memrefs(s)
+    lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
                       %ob: !stream.binding, %lb: !stream.binding, %n: index, %ns: index, %bsz: index, %t: index) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -90,47 +102,70 @@ def _attend_body(s: KernelShape) -> str:
       %h = stream.dispatch.workgroup.id[0] : index
       %y = stream.dispatch.workgroup.id[1] : index
       %b = stream.dispatch.workgroup.id[2] : index
-      %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> {qT}{qdims}
-      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {kT}{kdims}
-      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {kT}{kdims}
-      %M = stream.binding.subspan %mb[%c0] : !stream.binding -> {mT}{{{bdim}%n}}
-      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{{{bdim}%ns}}
-      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{{{bdim}%ns}}
+      %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> {m.q}{m.q_dims}
+      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.kv}{m.kv_dims}
+      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.kv}{m.kv_dims}
+      %M = stream.binding.subspan %mb[%c0] : !stream.binding -> {m.bias}{m.bias_dims}
+      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {m.acc}{m.block_dims}
+      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {m.ml}{m.block_dims}
       %cR = arith.constant {SPLIT_ROWS} : index
       %lo = arith.muli %y, %cR : index
       %hi0 = arith.addi %lo, %cR : index
       %hi = arith.minui %hi0, %n : index
       %ACC = memref.alloca() : memref<{G}x{D}xf32>
       %S = memref.alloca() : memref<{G}x{C}xf32>"""]
-    a = L.append
-    for g in range(G):
-        a(f"      %g{g} = arith.constant {g} : index")
-        a(f"      %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {qT}, vector<{D}xf32>")
-        a(f"      vector.store %zv, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>")
+    for g in range(G):  # the G query rows of the KV head, and their accumulators
+        lines.append(f"""      %g{g} = arith.constant {g} : index
+      %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {m.q}, vector<{D}xf32>
+      vector.store %zv, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
     init = ", ".join([f"%m{g} = %ninf" for g in range(G)] + [f"%l{g} = %zero" for g in range(G)])
     f32s = ", ".join(["f32"] * (2 * G))
-    a(f"      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{")
-    a("        %rem = arith.subi %hi, %c : index")
-    a("        %len = arith.minui %rem, %cC : index")
+    lines.append(f"""      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{
+        %rem = arith.subi %hi, %c : index
+        %len = arith.minui %rem, %cC : index""")
+    lines += [_chunk_scores(s, m), _chunk_softmax(s), _chunk_values(s, m)]
+    kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
+    lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
+    for g in range(G):  # the block's partial results: unnormalised accumulator, maximum, sum
+        lines.append(f"""      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
+      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {m.acc}, vector<{D}xf32>
+      memref.store %fin#{g}, %ML[%b, %h, %y, %c0, %g{g}] : {m.ml}
+      memref.store %fin#{G + g}, %ML[%b, %h, %y, %c1, %g{g}] : {m.ml}""")
+    lines.append("      return\n    }")
+    return "\n".join(lines)
+
+
+def _attended_rows(m: _Memrefs, load: str) -> str:
+    """The loop over the chunk's key rows whose bias is not -inf, ``load`` (its row's value ``%row``) first."""
+    return f"""        scf.for %j = %c0 to %len step %c1 {{
+          %r = arith.addi %c, %j : index
+          %bias = memref.load %M[%b, %r] : {m.bias}
+          %seen = arith.cmpf une, %bias, %ninf : f32
+          scf.if %seen {{
+            {load}"""
+
+
+def _chunk_scores(s: KernelShape, m: _Memrefs) -> str:
+    """The chunk's scores [G,C] (-inf for a skipped or missing row): each K row loaded once for the
+    G query rows, its dot products as reassociated vector sums, plus the key's bias."""
+    G, D, C = s.group, s.head_size, CHUNK_ROWS
+    lines = [f"        vector.store %ninfv, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>" for g in range(G)]
+    lines.append(_attended_rows(m, f"%kv = vector.load %K[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"))
     for g in range(G):
-        a(f"        vector.store %ninfv, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>")
-    # scores of the chunk: each visible K row loaded once for the G query rows
-    a("        scf.for %j = %c0 to %len step %c1 {")
-    a("          %r = arith.addi %c, %j : index")
-    a(f"          %bias = memref.load %M[%b, %r] : {mT}")
-    a("          %seen = arith.cmpf une, %bias, %ninf : f32")
-    a("          scf.if %seen {")
-    a(f"            %kv = vector.load %K[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
-    for g in range(G):
-        a(f"            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>")
-        a(f"            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32")
-        a(f"            %s{g} = arith.addf %d{g}, %bias : f32")
-        a(f"            memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>")
-    a("          }")
-    a("        }")
-    # online softmax: new maximum, rescale factor, exponentials, running sums
-    for g in range(G):
-        a(f"""        %sv{g} = vector.load %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>
+        lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
+            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32
+            %s{g} = arith.addf %d{g}, %bias : f32
+            memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>""")
+    lines.append("          }\n        }")
+    return "\n".join(lines)
+
+
+def _chunk_softmax(s: KernelShape) -> str:
+    """Per query row: the running maximum with the chunk's, the accumulator and sum rescaled by
+    e^(old - new), the chunk's exponentials [C] (in place of its scores) added to the sum.  A
+    maximum still -inf (no key seen yet) is taken as 0: e^(-inf) = 0, never NaN."""
+    G, D, C = s.group, s.head_size, CHUNK_ROWS
+    return "\n".join(f"""        %sv{g} = vector.load %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>
         %mx{g} = vector.reduction <maximumf>, %sv{g} : vector<{C}xf32> into f32
         %mn{g} = arith.maximumf %m{g}, %mx{g} : f32
         %empty{g} = arith.cmpf oeq, %mn{g}, %ninf : f32
@@ -147,41 +182,28 @@ def _attend_body(s: KernelShape) -> str:
         %ao{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
         %ab{g} = vector.broadcast %al{g} : f32 to vector<{D}xf32>
         %as{g} = arith.mulf %ao{g}, %ab{g} : vector<{D}xf32>
-        vector.store %as{g}, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
-    # P.V of the chunk: each visible V row loaded once
-    a("        scf.for %j = %c0 to %len step %c1 {")
-    a("          %r = arith.addi %c, %j : index")
-    a(f"          %bias = memref.load %M[%b, %r] : {mT}")
-    a("          %seen = arith.cmpf une, %bias, %ninf : f32")
-    a("          scf.if %seen {")
-    a(f"            %vv = vector.load %V[%b, %h, %r, %c0] : {kT}, vector<{D}xf32>")
+        vector.store %as{g}, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""" for g in range(G))
+
+
+def _chunk_values(s: KernelShape, m: _Memrefs) -> str:
+    """The chunk's P.V: each attended V row loaded once, times each query row's exponential, into
+    its accumulator."""
+    G, D, C = s.group, s.head_size, CHUNK_ROWS
+    lines = [_attended_rows(m, f"%vv = vector.load %V[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>")]
     for g in range(G):
-        a(f"""            %pg{g} = memref.load %S[%g{g}, %j] : memref<{G}x{C}xf32>
+        lines.append(f"""            %pg{g} = memref.load %S[%g{g}, %j] : memref<{G}x{C}xf32>
             %pb{g} = vector.broadcast %pg{g} : f32 to vector<{D}xf32>
             %a{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
             %an{g} = vector.fma %pb{g}, %vv, %a{g} : vector<{D}xf32>
             vector.store %an{g}, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
-    a("          }")
-    a("        }")
-    a("        scf.yield " + ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)]) + f" : {f32s}")
-    a("      }")
-    for g in range(G):
-        a(f"""      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
-      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {oT}, vector<{D}xf32>
-      memref.store %fin#{g}, %ML[%b, %h, %y, %c0, %g{g}] : {lT}
-      memref.store %fin#{G + g}, %ML[%b, %h, %y, %c1, %g{g}] : {lT}""")
-    a("      return\n    }")
-    return "\n".join(L)
+    lines.append("          }\n        }")
+    return "\n".join(lines)
 
 
 def _combine_body(s: KernelShape) -> str:
     """The second export's function: the blocks' partial results of one (KV head, batch row) combined."""
-    G, D = s.group, s.head_size
-    oT = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"
-    lT = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"
-    rT = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"
-    bdim = "%bsz, " if s.batch is None else ""
-    rdims = "{%bsz}" if s.batch is None else ""
+    G, D, m = s.group, s.head_size, _Memrefs(s)
+    oT, lT, rT = m.acc, m.ml, m.out
     L = [f"""    func.func @{s.symbol()}_combine(%ob: !stream.binding, %lb: !stream.binding, %rb: !stream.binding, %ns: index, %bsz: index) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -191,9 +213,9 @@ def _combine_body(s: KernelShape) -> str:
       %zv = arith.constant dense<0.0> : vector<{D}xf32>
       %h = stream.dispatch.workgroup.id[0] : index
       %b = stream.dispatch.workgroup.id[2] : index
-      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{{{bdim}%ns}}
-      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{{{bdim}%ns}}
-      %R = stream.binding.subspan %rb[%c0] : !stream.binding -> {rT}{rdims}"""]
+      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{m.block_dims}
+      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{m.block_dims}
+      %R = stream.binding.subspan %rb[%c0] : !stream.binding -> {rT}{m.q_dims}"""]
     a = L.append
     for g in range(G):
         a(f"""      %g{g} = arith.constant {g} : index
