@@ -12,7 +12,7 @@ from gqa_torch_mlir.kernels.decode_attention import CHUNK_ROWS, SPLIT_ROWS, Kern
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import FUSED_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
-from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_model
+from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 from gqa_torch_mlir.testing.standard_attention import AttentionConfig as AC
 from gqa_torch_mlir.testing.standard_attention import MaskSpec as AM
 from gqa_torch_mlir.testing.standard_attention import make_inputs as make_attention_inputs
@@ -34,11 +34,11 @@ def compiled_kernel(shape: KernelShape) -> IreeCompiledModule:
     symbol, text = render(shape, 21)
     q = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.group, shape.head_size])}xf32>"
     kv = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.rows, shape.head_size])}xf32>"
-    m = f"tensor<{_dims([shape.batch, None])}xf32>"
+    m = f"tensor<{_dims([shape.batch, shape.seq, None])}xf32>"
     text += f"""
 func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
-  %c1 = arith.constant 1 : index
-  %n = tensor.dim %m, %c1 : {m}
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %m, %c2 : {m}
   %r = func.call @{symbol}(%q, %k, %v, %m, %n) : ({q}, {kv}, {kv}, {m}, index) -> {q}
   return %r : {q}
 }}"""
@@ -48,32 +48,37 @@ func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
 
 
 def reference(q, k, v, bias):
-    """softmax(q.k^T + bias over the rows whose bias is not -inf) . v in f64; a row with no such key gives zeros."""
-    n = bias.shape[1]
-    visible = bias != -np.inf
+    """softmax(q.k^T + bias over the rows whose bias is not -inf) . v in f64, grouped row g*S + s
+    taking bias row s; a row with no such key gives zeros."""
+    S, n = bias.shape[1:]
+    bias_BGR = np.tile(bias, (1, q.shape[2] // S, 1))  # [B,S,n] -> [B,G*S,n], row g*S + s
+    visible = bias_BGR != -np.inf
     scores = np.einsum("bhgd,bhrd->bhgr", q.astype(np.float64), np.nan_to_num(k[:, :, :n]).astype(np.float64))
-    scores = np.where(visible[:, None, None, :], scores + bias[:, None, None, :], -np.inf)
+    scores = np.where(visible[:, None], scores + bias_BGR[:, None], -np.inf)
     top = scores.max(-1, keepdims=True)
     e = np.exp(scores - np.where(np.isinf(top), 0.0, top))
     den = e.sum(-1, keepdims=True)
     return np.einsum("bhgr,bhrd->bhgd", e, np.nan_to_num(v[:, :, :n])) / np.where(den == 0, 1.0, den)
 
 
-# (B or None, Hkv, G, Dh, T or None), batch rows, rows read: chunk tails, several blocks, one row
+# (B or None, Hkv, G*S, Dh, T or None, S), batch rows, rows read: chunk tails, several blocks,
+# one row, short chunks of S query rows (each with its own bias row)
 SHAPES = [
-    ((1, 8, 4, 128, None), 1, 1000),
-    ((None, 2, 7, 64, None), 3, SPLIT_ROWS + CHUNK_ROWS + 3),
-    ((2, 4, 1, 96, 2 * SPLIT_ROWS + 40), 2, 2 * SPLIT_ROWS + 1),
-    ((None, 1, 16, 256, None), 2, 9),
-    ((1, 8, 4, 128, None), 1, 1),
+    ((1, 8, 4, 128, None, 1), 1, 1000),
+    ((None, 2, 7, 64, None, 1), 3, SPLIT_ROWS + CHUNK_ROWS + 3),
+    ((2, 4, 1, 96, 2 * SPLIT_ROWS + 40, 1), 2, 2 * SPLIT_ROWS + 1),
+    ((None, 1, 16, 256, None, 1), 2, 9),
+    ((1, 8, 4, 128, None, 1), 1, 1),
+    ((None, 2, 12, 64, None, 3), 2, SPLIT_ROWS + 5),
+    ((1, 8, 4, 128, 300, 4), 1, 257),
 ]
 
 
-@pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) == 5 else str(v))
+@pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) == 6 else str(v))
 def test_kernel_matches_numpy(shape, batch, n):
-    """Every shape form against numpy, with a bias of 0, -inf and finite values; batch row 0 has
-    rows of bias -inf holding NaN (never read), batch row 1 (if any) no key to see (zeros, as
-    onnxruntime gives)."""
+    """Every shape form against numpy, with a bias of 0, -inf and finite values (per query row
+    where S > 1, -inf alike for all of them); batch row 0 has rows of bias -inf holding NaN (never
+    read), batch row 1 (if any) no key to see (zeros, as onnxruntime gives)."""
     s = KernelShape(*shape)
     rng = np.random.default_rng(n)
     rows = s.rows or n + 5
@@ -87,8 +92,8 @@ def test_kernel_matches_numpy(shape, batch, n):
     if batch > 1:
         visible[1] = False
         k[1], v[1] = np.nan, np.nan
-    bias = np.where(visible, np.where(rng.random((batch, n)) < 0.5, 0.0, rng.standard_normal((batch, n))), -np.inf)
-    bias = bias.astype(np.float32)
+    finite = np.where(rng.random((batch, s.seq, n)) < 0.5, 0.0, rng.standard_normal((batch, s.seq, n)))
+    bias = np.where(visible[:, None], finite, -np.inf).astype(np.float32)  # [B,S,n]
     out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias)[0])
     assert not np.isnan(out).any()
     np.testing.assert_allclose(out, reference(q, k, v, bias), rtol=0, atol=2e-6)
@@ -112,12 +117,39 @@ def test_decode_steps_take_the_kernel():
 
 
 @pytest.mark.parametrize("cfg,attention", [
-    (GQAConfig(batch=1, seq=4, past=8, **HEADS), None),  # several query rows
+    (GQAConfig(batch=1, seq=5, past=8, **HEADS), None),  # 20 grouped query rows: more than the kernel's 16
     (GQAConfig(batch=1, seq=1, past=8, head_sink=True, **HEADS), None),  # a sink: decomposed
     (GQAConfig(batch=1, seq=1, past=8, **HEADS), "decomposed"),
-], ids=["prefill", "head_sink", "decomposed"])
+], ids=["long_chunk", "head_sink", "decomposed"])
 def test_other_steps_stay_decomposed(cfg, attention):
     assert "gqa_decode_attention" not in lowered_text(cfg, attention)
+
+
+# Short chunks (speculative decoding, a draft's rows checked at once): S query rows per step with
+# a causal span each, after a past in a growing cache, in a shared buffer, under a sliding
+# window, 16 grouped rows, and padded query rows of two batch rows
+# (onnxruntime takes several batch rows of a chunk after a past only with query_seqlens).
+SHORT_CHUNKS = [
+    GQAConfig(batch=1, seq=4, past=37, **HEADS),
+    GQAConfig(batch=1, seq=3, past=70, past_lens=(50,), fixed_capacity=True, rotary=True, **HEADS),
+    GQAConfig(batch=1, seq=2, past=40, num_heads=16, kv_num_heads=2, head_size=32, past_lens=(30,),
+              fixed_capacity=True),  # 16 grouped rows: the most the kernel takes
+    GQAConfig(batch=1, seq=4, past=30, window=8, **HEADS),
+    GQAConfig(batch=2, seq=4, past=30, past_lens=(20, 9), fixed_capacity=True, query_lens=(4, 2), **HEADS),
+]
+
+
+@pytest.mark.parametrize("cfg", SHORT_CHUNKS, ids=lambda c: c.name)
+def test_short_chunks_take_the_kernel(cfg):
+    """The chunk's G*S grouped rows (at most 16) in one dispatch, each with its own causal bias
+    row, against onnxruntime's kernel."""
+    G = cfg.num_heads // cfg.kv_num_heads
+    assert f"_g{G * cfg.seq}_s{cfg.seq}_" in lowered_text(cfg)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=cfg.seq)
+    session = InferenceSession(model, backend="iree-cpu", threads=2)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
 
 
 def test_fused_is_refused_outside_iree():
@@ -134,8 +166,8 @@ def test_nan_bias_reaches_the_row():
     s = KernelShape(None, 2, 4, 64, None)
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in [(2, 2, 4, 64), (2, 2, 20, 64), (2, 2, 20, 64)])
-    bias = np.zeros((2, 20), np.float32)
-    bias[1, 7] = np.nan
+    bias = np.zeros((2, 1, 20), np.float32)
+    bias[1, 0, 7] = np.nan
     out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias)[0])
     assert np.isnan(out[1]).all() and not np.isnan(out[0]).any()
 

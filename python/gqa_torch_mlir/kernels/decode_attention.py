@@ -12,12 +12,13 @@ tensors.
 ``render(shape)`` returns ``(symbol, text)``: the executable and the function
 ``@symbol``, one per shape.  The function takes
 
-    q_BHkvGDh  f32 [B,Hkv,G,Dh]  the query rows grouped by KV head, already scaled
+    q_BHkvGDh  f32 [B,Hkv,G*S,Dh]  the query rows grouped by KV head (row g*S + s), already scaled
     key_BHkvTDh, value_BHkvTDh  f32 [B,Hkv,T,Dh]  the caches; rows [0, n) are read
-    bias_BN    f32 [B,n]  added to every score of batch row b on key row t; -inf: not attended
+    bias_BSN   f32 [B,S,n]  added to the score of query row s of batch row b on key row t;
+               -inf: the key is not read by the batch row (for every s alike)
     n          index     the rows read (n <= T)
 
-and returns the attention f32 [B,Hkv,G,Dh].  Each workgroup (KV head, block of
+and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).  Each workgroup (KV head, block of
 SPLIT_ROWS key rows, batch row) walks its rows in chunks of CHUNK_ROWS: the
 chunk's scores (each K row loaded once for the G query rows, plus its bias), an online
 softmax (running maximum and sum per query row, the accumulator rescaled when
@@ -45,16 +46,19 @@ HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
 class KernelShape:
     batch: Optional[int]  # B (None: dynamic)
     kv_heads: int
-    group: int  # G: query heads per KV head (S = 1)
+    group: int  # the grouped query rows per KV head: G*S (G query heads per KV head, S query rows)
     head_size: int
     rows: Optional[int]  # T, the caches' row dimension (None: dynamic)
+    seq: int = 1  # S: the query rows of the step (each group of S rows shares its bias rows)
 
     def symbol(self) -> str:
         d = lambda v: "d" if v is None else str(v)
-        return f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}_dh{self.head_size}_t{d(self.rows)}"
+        seq = f"_s{self.seq}" if self.seq > 1 else ""
+        return f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}{seq}_dh{self.head_size}_t{d(self.rows)}"
 
 
 def supported(kv_heads: int, group: int, head_size: int) -> bool:
+    """``group``: the grouped query rows per KV head (G*S)."""
     return kv_heads >= 1 and 1 <= group <= MAX_GROUP and head_size in HEAD_SIZES
 
 
@@ -75,7 +79,7 @@ class _Memrefs:
         G, D = s.group, s.head_size
         self.q = f"memref<{_dims([s.batch, s.kv_heads, G, D])}xf32>"  # [B,Hkv,G,Dh]
         self.kv = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"  # [B,Hkv,T,Dh]
-        self.bias = f"memref<{_dims([s.batch, None])}xf32>"  # [B,n]
+        self.bias = f"memref<{_dims([s.batch, s.seq, None])}xf32>"  # [B,S,n]
         self.acc = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"  # [B,Hkv,blocks,G,Dh]
         self.ml = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"  # [B,Hkv,blocks,(max, sum),G]
         self.out = self.q
@@ -139,7 +143,7 @@ def _attended_rows(m: _Memrefs, load: str) -> str:
     """The loop over the chunk's key rows whose bias is not -inf, ``load`` (its row's value ``%row``) first."""
     return f"""        scf.for %j = %c0 to %len step %c1 {{
           %r = arith.addi %c, %j : index
-          %bias = memref.load %M[%b, %r] : {m.bias}
+          %bias = memref.load %M[%b, %c0, %r] : {m.bias}
           %seen = arith.cmpf une, %bias, %ninf : f32
           scf.if %seen {{
             {load}"""
@@ -152,9 +156,14 @@ def _chunk_scores(s: KernelShape, m: _Memrefs) -> str:
     lines = [f"        vector.store %ninfv, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>" for g in range(G)]
     lines.append(_attended_rows(m, f"%kv = vector.load %K[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"))
     for g in range(G):
+        bias = "%bias"  # row g = h*S + s: the bias row s (0 for a decode step, already loaded)
+        if s.seq > 1 and g % s.seq:
+            bias = f"%bias{g}"
+            lines.append(f"""            %srow{g} = arith.constant {g % s.seq} : index
+            {bias} = memref.load %M[%b, %srow{g}, %r] : {m.bias}""")
         lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
             %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32
-            %s{g} = arith.addf %d{g}, %bias : f32
+            %s{g} = arith.addf %d{g}, {bias} : f32
             memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>""")
     lines.append("          }\n        }")
     return "\n".join(lines)
@@ -256,7 +265,7 @@ def render(s: KernelShape, opset: int) -> tuple:
     B = "%bsz" if s.batch is None else f"%c{s.batch}"
     t_q = f"tensor<{_dims([s.batch, Hkv, G, D])}xf32>"
     t_k = f"tensor<{_dims([s.batch, Hkv, s.rows, D])}xf32>"
-    t_m = f"tensor<{_dims([s.batch, None])}xf32>"
+    t_m = f"tensor<{_dims([s.batch, s.seq, None])}xf32>"
     t_o = f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>"
     t_l = f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>"
     dyn = lambda *names: _braces([n for n in names if n])

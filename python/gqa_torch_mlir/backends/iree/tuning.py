@@ -1,8 +1,10 @@
 """The iree-cpu tuning spec: IREE's CPU tile sizes for a decode step's Q.K^T, set by a transform
 library (``--iree-codegen-tuning-spec-path``, IREE's mechanism for choosing a dispatch's lowering
 config in place of its heuristics).  Since the fused form (iree-cpu's default) runs a decode
-step's attention in a kernel of its own (kernels/decode_attention.py), the spec tiles the
-decomposed form's (``attention=decomposed``) and a short chunk's (up to MAX_ROWS grouped rows).
+step's and a static short chunk's attention in a kernel of its own (kernels/decode_attention.py),
+the spec tiles the decomposed form's (``attention=decomposed``, and a step the kernel does not
+take: softcap, sinks, a bias, qk_output) and a short chunk's of a run-time S (up to MAX_ROWS
+grouped rows).
 
 A decode step's Q.K^T is a ``linalg.batch_matmul`` with K transposed: per KV head,
 [M, Dh] x [R, Dh]^T -> [M, R], M = G query rows (S = 1), R the cache rows read.  IREE 3.13

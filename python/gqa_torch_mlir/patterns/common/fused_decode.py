@@ -23,13 +23,14 @@ _OPSET = 21
 
 
 def applies(enabled: bool, S: Dim, q_BHSDh: Tensor, key_BHkvTDh: Tensor, value_BHkvTDh: Tensor, Hkv: int) -> bool:
-    """``enabled`` (attention=fused), one query row (static), f32 Q, K and V, and a KV head layout the kernel has."""
-    if not enabled or not (isinstance(S, int) and S == 1):
+    """``enabled`` (attention=fused), a static number of query rows S, f32 Q, K and V, and a KV head
+    layout the kernel has (G*S grouped rows at most MAX_GROUP)."""
+    if not enabled or not (isinstance(S, int) and S >= 1):
         return False
     if any(t.dtype != "f32" for t in (q_BHSDh, key_BHkvTDh, value_BHkvTDh)):
         return False
     H, Dh = q_BHSDh.shape[1], q_BHSDh.shape[3]
-    return H is not None and Dh is not None and H % Hkv == 0 and supported(Hkv, H // Hkv, Dh)
+    return H is not None and Dh is not None and H % Hkv == 0 and supported(Hkv, H // Hkv * S, Dh)
 
 
 def _read_in_place(tb: TorchBuilder, rows_BHkvRDh: Tensor) -> Tuple[Tensor, Dim]:
@@ -59,31 +60,32 @@ def _constant_int(ir, value) -> Optional[int]:
 LOWEST = float(np.finfo(np.float32).min)
 
 
-def visible_bias(tb: TorchBuilder, visible_B1R: Tensor, read_B1R: Optional[Tensor]) -> Tensor:
-    """The kernel's bias from which keys a batch row attends (i1 [B,1,R]) and reads (i1 [B,1,R];
-    None: all): f32 [B,R], 0 where attended, the lowest f32 where masked but read (its value row
-    still multiplies a 0 probability, so a NaN there reaches the output, as in onnxruntime's P.V
-    over the rows it reads), -inf where not read (skipped)."""
-    bias_BR = tb.where_scalars(tb.flatten(visible_B1R, 1, 2), 0.0, LOWEST, "f32")  # [B,1,R] -> [B,R]
+def visible_bias(tb: TorchBuilder, visible_BSR: Tensor, read_B1R: Optional[Tensor]) -> Tensor:
+    """The kernel's bias from which keys each query row attends (i1 [B,S,R]) and its batch row
+    reads (i1 [B,1,R]; None: all): f32 [B,S,R], 0 where attended, the lowest f32 where masked but
+    read (its value row still multiplies a 0 probability, so a NaN there reaches the output, as in
+    the decomposed form and onnxruntime's P.V over the rows it reads), -inf where not read (skipped)."""
+    bias_BSR = tb.where_scalars(visible_BSR, 0.0, LOWEST, "f32")
     if read_B1R is None:
-        return bias_BR
-    return tb.where_else_scalar(tb.flatten(read_B1R, 1, 2), bias_BR, float("-inf"))
+        return bias_BSR
+    return tb.where_else_scalar(read_B1R, bias_BSR, float("-inf"))  # [B,1,R] broadcast over S
 
 
-def fused_decode_attention(tb: TorchBuilder, q_BHkvGDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
-                           bias_BR: Tensor) -> Tensor:
-    """Attention [B,Hkv,G,Dh] f32 of the scaled grouped rows, each score plus its batch row's bias
-    (f32 [B|1,R]; -inf: the key is not attended)."""
+def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
+                           bias_BSR: Tensor) -> Tensor:
+    """Attention [B,Hkv,G*S,Dh] f32 of the scaled grouped rows (row g*S + s), each score plus its
+    query row's bias (f32 [B|1,S,R]; -inf only where the batch row reads the key for no s)."""
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
         key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
-    B, Hkv, G, Dh = q_BHkvGDh.shape
-    shape = KernelShape(B, Hkv, G, Dh, key_BHkvTDh.shape[2])
+    B, Hkv, GS, Dh = q_BHkvGSDh.shape
+    S = bias_BSR.shape[1]
+    shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S)
     symbol, text = render(shape, _OPSET)
-    if bias_BR.shape[0] != B:  # one row for every batch row
-        bias_BR = tb.expand(bias_BR, [tb.size(q_BHkvGDh, 0), -1])  # [1,R] -> [B,R]
+    if bias_BSR.shape[0] != B:  # one for every batch row
+        bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,R] -> [B,S,R]
     kv_shape = (B, Hkv, shape.rows, Dh)
-    operands = [tb.builtin(q_BHkvGDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
-                tb.builtin(bias_BR, (B, None)), tb.index(rows)]
-    return tb.call_function(symbol, text, operands, q_BHkvGDh.shape, "f32")
+    operands = [tb.builtin(q_BHkvGSDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
+                tb.builtin(bias_BSR, (B, S, None)), tb.index(rows)]
+    return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")

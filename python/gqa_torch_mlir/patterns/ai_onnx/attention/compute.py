@@ -84,7 +84,8 @@ def takes_fused(attrs: AttentionAttributes, q_BHSDh: Tensor, k_BHkvTDh: Tensor, 
         return False
     if mask is not None and (mask.nonpad_excluded is not None or (mask.bias is not None and mask.bias.shape[1:3] != (1, 1))):
         return False
-    return fused_decode.applies(True, q_BHSDh.shape[2], q_BHSDh, k_BHkvTDh, v_BHkvTDv, k_BHkvTDh.shape[1])
+    S = q_BHSDh.shape[2]
+    return S == 1 and fused_decode.applies(True, S, q_BHSDh, k_BHkvTDh, v_BHkvTDv, k_BHkvTDh.shape[1])
 
 
 def fused(tb: TorchBuilder, attrs: AttentionAttributes, q_BH1Dh: Tensor, k_BHkvTDh: Tensor, v_BHkvTDh: Tensor,
@@ -95,10 +96,10 @@ def fused(tb: TorchBuilder, attrs: AttentionAttributes, q_BH1Dh: Tensor, k_BHkvT
     H, Hkv, Dh = q_BH1Dh.shape[1], k_BHkvTDh.shape[1], q_BH1Dh.shape[3]
     q_BHkvGDh = tb.mul_scalar(grouped(tb, q_BH1Dh, Hkv), effective_scale(attrs, Dh))  # [B,H,1,Dh] -> [B,Hkv,G,Dh]
     if mask is not None and mask.bias is not None:
-        bias_BT = tb.flatten(mask.bias, 1, 3)  # [B|1,1,1,T] -> [B|1,T]
+        bias_B1T = tb.flatten(mask.bias, 1, 2)  # [B|1,1,1,T] -> [B|1,1,T]
     else:
-        bias_BT = tb.full_sized([1, tb.size(k_BHkvTDh, 2)], 0.0, "f32")  # every key: [1,T]
-    y_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, k_BHkvTDh, v_BHkvTDh, bias_BT)
+        bias_B1T = tb.full_sized([1, 1, tb.size(k_BHkvTDh, 2)], 0.0, "f32")  # every key: [1,1,T]
+    y_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, k_BHkvTDh, v_BHkvTDh, bias_B1T)
     y_BH1Dh = ungrouped(tb, y_BHkvGDh, H // Hkv, 1)  # -> [B,H,1,Dh]
     if mask is not None:
         y_BH1Dh = tb.where_scalar_else(mask.full_rows, 0.0, y_BH1Dh)

@@ -85,7 +85,8 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
 def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None),
                          options=None):
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32; with
-    attention=fused, a decode step that needs none of the extras in one dispatch (fused_decode.py).
+    attention=fused, a step of up to 16 grouped query rows that needs none of the extras in one
+    dispatch (fused_decode.py).
 
     ``factors``: f32 [1] scales multiplying Q.K^T and P.V (a PER_TENSOR cache's,
     whose K or V are then its codes; see CacheCodec.factor), or None.
@@ -101,10 +102,10 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     plain = bias is None and factors == (None, None) and not needs_scores(attrs, ins)
     fused = options is not None and options.attention == "fused"
     if plain and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
-        q_BHkvGDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # [B,H,1,Dh] -> [B,Hkv,G,Dh]
-        bias_BR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,1,R] -> [B,R]
-        attn_BHkvGDh = fused_decode.fused_decode_attention(tb, q_BHkvGDh, key_BHkvTDh, value_BHkvTDh, bias_BR)
-        return ungrouped(tb, attn_BHkvGDh, G, 1), None  # -> [B,H,1,Dh]
+        q_BHkvGSDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # -> [B,Hkv,G*S,Dh]
+        bias_BSR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,S,R]
+        attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR)
+        return ungrouped(tb, attn_BHkvGSDh, G, S), None  # -> [B,H,S,Dh]
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
     scores_BHkvGST = tb.matmul(q_BHkvGSDh, tb.transpose(k, 2, 3))  # [B,Hkv,G*S,Dh] x [B,Hkv,Dh,T] -> [B,Hkv,G*S,T]
