@@ -23,10 +23,10 @@ class LoweringOptions:
     #               mask, softmax, P.V (K/V never repeated to num_heads)
     #   sdpa        aten.scaled_dot_product_attention with enable_gqa where it
     #               can express the op (torch-mlir's lowering repeats K/V)
-    #   fused       decomposed, with a decode step's attention (one query row, f32, none
-    #               of softcap, sinks, bias, output_qk, quantized caches) as one
-    #               hand-scheduled IREE CPU dispatch (kernels/decode_attention.py);
-    #               inside IREE's compiler only
+    #   fused       decomposed, with the attention of a decode step or a short chunk
+    #               (up to 16 grouped query rows, f32, none of bias, output_qk,
+    #               quantized caches) as one hand-scheduled IREE CPU dispatch
+    #               (kernels/decode_attention.py); inside IREE's compiler only
     attention: str = "decomposed"
     # What the code is shaped for:
     #   cpu  the new cache rows scattered; a fixed-capacity buffer read on its

@@ -30,16 +30,17 @@ def _dims(shape) -> str:
 
 
 def compiled_kernel(shape: KernelShape) -> IreeCompiledModule:
-    """@f(q, k, v, mask): the kernel's function called with n = the mask's columns."""
+    """@f(q, k, v, mask[, sinks]): the kernel's function called with n = the mask's columns."""
     symbol, text = render(shape, 21)
     q = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.group, shape.head_size])}xf32>"
     kv = f"tensor<{_dims([shape.batch, shape.kv_heads, shape.rows, shape.head_size])}xf32>"
     m = f"tensor<{_dims([shape.batch, shape.seq, None])}xf32>"
+    z, zt = (", %z", f", tensor<{shape.kv_heads}x{shape.group}xf32>") if shape.sinks else ("", "")
     text += f"""
-func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
+func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}{z}{zt and ": " + zt[2:]}) -> {q} {{
   %c2 = arith.constant 2 : index
   %n = tensor.dim %m, %c2 : {m}
-  %r = func.call @{symbol}(%q, %k, %v, %m, %n) : ({q}, {kv}, {kv}, {m}, index) -> {q}
+  %r = func.call @{symbol}(%q, %k, %v, %m{z}, %n) : ({q}, {kv}, {kv}, {m}{zt}, index) -> {q}
   return %r : {q}
 }}"""
     vmfb = iree_compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="none",
@@ -47,17 +48,26 @@ func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}) -> {q} {{
     return IreeCompiledModule(vmfb, "f", [np.float32], threads=1)
 
 
-def reference(q, k, v, bias):
-    """softmax(q.k^T + bias over the rows whose bias is not -inf) . v in f64, grouped row g*S + s
-    taking bias row s; a row with no such key gives zeros."""
+def reference(q, k, v, bias, softcap=0.0, sinks=None):
+    """softmax(cap(q.k^T) + bias over the rows whose bias is not -inf) . v in f64, grouped row
+    g*S + s taking bias row s, cap(x) = c tanh(x / c) if softcap c > 0, the denominator with
+    e^(z - m) of the row's sink logit z (sinks [Hkv,G*S]) if given; a row with no such key gives
+    zeros."""
     S, n = bias.shape[1:]
     bias_BGR = np.tile(bias, (1, q.shape[2] // S, 1))  # [B,S,n] -> [B,G*S,n], row g*S + s
     visible = bias_BGR != -np.inf
     scores = np.einsum("bhgd,bhrd->bhgr", q.astype(np.float64), np.nan_to_num(k[:, :, :n]).astype(np.float64))
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
     scores = np.where(visible[:, None], scores + bias_BGR[:, None], -np.inf)
     top = scores.max(-1, keepdims=True)
+    sink = None if sinks is None else sinks.astype(np.float64)[None, :, :, None]  # [1,Hkv,G*S,1]
+    if sink is not None:
+        top = np.maximum(top, sink)
     e = np.exp(scores - np.where(np.isinf(top), 0.0, top))
     den = e.sum(-1, keepdims=True)
+    if sink is not None:
+        den = den + np.exp(sink - top)
     return np.einsum("bhgr,bhrd->bhgd", e, np.nan_to_num(v[:, :, :n])) / np.where(den == 0, 1.0, den)
 
 
@@ -71,10 +81,13 @@ SHAPES = [
     ((1, 8, 4, 128, None, 1), 1, 1),
     ((None, 2, 12, 64, None, 3), 2, SPLIT_ROWS + 5),
     ((1, 8, 4, 128, 300, 4), 1, 257),
+    ((None, 2, 4, 64, None, 1, 5.0), 2, SPLIT_ROWS + 9),  # softcap (Gemma 2's: 50, on scores of a few units here)
+    ((None, 4, 6, 32, None, 2, 0.0, True), 2, 40),  # sinks (head_sink, smooth_softmax)
+    ((None, 2, 8, 64, 64, 1, 30.0, True), 1, 1),
 ]
 
 
-@pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) == 6 else str(v))
+@pytest.mark.parametrize("shape,batch,n", SHAPES, ids=lambda v: KernelShape(*v).symbol() if isinstance(v, tuple) and len(v) >= 6 else str(v))
 def test_kernel_matches_numpy(shape, batch, n):
     """Every shape form against numpy, with a bias of 0, -inf and finite values (per query row
     where S > 1, -inf alike for all of them); batch row 0 has rows of bias -inf holding NaN (never
@@ -94,9 +107,11 @@ def test_kernel_matches_numpy(shape, batch, n):
         k[1], v[1] = np.nan, np.nan
     finite = np.where(rng.random((batch, s.seq, n)) < 0.5, 0.0, rng.standard_normal((batch, s.seq, n)))
     bias = np.where(visible[:, None], finite, -np.inf).astype(np.float32)  # [B,S,n]
-    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias)[0])
+    q = q * (4.0 if s.softcap else 1.0)  # scores of a few units: the cap bends them
+    sinks = rng.standard_normal((s.kv_heads, s.group)).astype(np.float32) if s.sinks else None
+    out = np.asarray(compiled_kernel(s).invoke("f", q, k, v, bias, *([] if sinks is None else [sinks]))[0])
     assert not np.isnan(out).any()
-    np.testing.assert_allclose(out, reference(q, k, v, bias), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(out, reference(q, k, v, bias, s.softcap, sinks), rtol=0, atol=2e-6)
     if batch > 1:
         assert not out[1].any()
 
@@ -118,9 +133,9 @@ def test_decode_steps_take_the_kernel():
 
 @pytest.mark.parametrize("cfg,attention", [
     (GQAConfig(batch=1, seq=5, past=8, **HEADS), None),  # 20 grouped query rows: more than the kernel's 16
-    (GQAConfig(batch=1, seq=1, past=8, head_sink=True, **HEADS), None),  # a sink: decomposed
+    (GQAConfig(batch=1, seq=1, past=8, attention_bias="B1", **HEADS), None),  # a bias per head: decomposed
     (GQAConfig(batch=1, seq=1, past=8, **HEADS), "decomposed"),
-], ids=["long_chunk", "head_sink", "decomposed"])
+], ids=["long_chunk", "attention_bias", "decomposed"])
 def test_other_steps_stay_decomposed(cfg, attention):
     assert "gqa_decode_attention" not in lowered_text(cfg, attention)
 
@@ -146,6 +161,28 @@ def test_short_chunks_take_the_kernel(cfg):
     G = cfg.num_heads // cfg.kv_num_heads
     assert f"_g{G * cfg.seq}_s{cfg.seq}_" in lowered_text(cfg)
     model, feeds = make_model(cfg), make_inputs(cfg, seed=cfg.seq)
+    session = InferenceSession(model, backend="iree-cpu", threads=2)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
+
+
+# Gemma 2's softcap, gpt-oss's head sinks, smooth_softmax (a sink logit of 0), and softcap with a
+# local window, in decode steps and a short chunk.
+EXTRAS = [
+    (GQAConfig(batch=1, seq=1, past=1030, num_heads=8, kv_num_heads=4, head_size=64, rotary=True), {"softcap": 50.0}, "_cap"),
+    (GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, head_sink=True, **HEADS), {}, "_sink"),
+    (GQAConfig(batch=1, seq=3, past=20, **HEADS), {"smooth_softmax": 1}, "_sink"),
+    (GQAConfig(batch=1, seq=1, past=30, window=8, **HEADS), {"softcap": 2.0}, "_cap"),
+]
+
+
+@pytest.mark.parametrize("cfg,attrs,symbol", EXTRAS, ids=lambda v: v.name if isinstance(v, GQAConfig) else None)
+def test_softcap_and_sinks_take_the_kernel(cfg, attrs, symbol):
+    model = make_model(cfg, attrs)
+    lowered = str(IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module)
+    assert symbol in lowered and "torch.aten.matmul" not in lowered.split("func.func private")[0]
+    feeds = make_inputs(cfg, seed=2)
     session = InferenceSession(model, backend="iree-cpu", threads=2)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)

@@ -17,6 +17,8 @@ tensors.
     bias_BSN   f32 [B,S,n]  added to the score of query row s of batch row b on key row t;
                -inf: the key is not read by the batch row (for every s alike)
     n          index     the rows read (n <= T)
+    sink_HkvG  f32 [Hkv,G*S]  (KernelShape.sinks only) each grouped row's sink logit z: the
+               softmax's denominator gains e^(z - m), m the row's maximum with z
 
 and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).  Each workgroup (KV head, block of
 SPLIT_ROWS key rows, batch row) walks its rows in chunks of CHUNK_ROWS: the
@@ -27,12 +29,14 @@ the maximum grows) and P.V (each V row loaded once).  A key row whose bias is
 bias is not skipped: it makes the row's output NaN, as onnxruntime's).  A
 second dispatch combines the blocks' partial results (their maxima, sums and
 accumulators).  A row with no visible key gives zeros, as onnxruntime's.
+With KernelShape.softcap c > 0 each score is c * tanh(score / c) before its bias.
 The dot products and sums are reassociated per op (``fastmath<reassoc>``);
 nothing else in the module is.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Optional
 
@@ -50,11 +54,21 @@ class KernelShape:
     head_size: int
     rows: Optional[int]  # T, the caches' row dimension (None: dynamic)
     seq: int = 1  # S: the query rows of the step (each group of S rows shares its bias rows)
+    softcap: float = 0.0  # c > 0: each score c * tanh(score / c) (rounded to f32)
+    sinks: bool = False  # a sink logit per grouped row (head_sink, or 0 for smooth_softmax)
 
     def symbol(self) -> str:
         d = lambda v: "d" if v is None else str(v)
         seq = f"_s{self.seq}" if self.seq > 1 else ""
-        return f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}{seq}_dh{self.head_size}_t{d(self.rows)}"
+        cap = f"_cap{_f32_hex(self.softcap)[2:]}" if self.softcap > 0 else ""
+        sink = "_sink" if self.sinks else ""
+        return (f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}{seq}_dh{self.head_size}"
+                f"_t{d(self.rows)}{cap}{sink}")
+
+
+def _f32_hex(value: float) -> str:
+    """``value`` rounded to f32, as MLIR's exact hexadecimal float literal (0x42480000 for 50.0)."""
+    return "0x" + struct.pack(">f", value).hex().upper()
 
 
 def supported(kv_heads: int, group: int, head_size: int) -> bool:
@@ -83,6 +97,7 @@ class _Memrefs:
         self.acc = f"memref<{_dims([s.batch, s.kv_heads, None, G, D])}xf32>"  # [B,Hkv,blocks,G,Dh]
         self.ml = f"memref<{_dims([s.batch, s.kv_heads, None, 2, G])}xf32>"  # [B,Hkv,blocks,(max, sum),G]
         self.out = self.q
+        self.sink = f"memref<{s.kv_heads}x{G}xf32>"  # [Hkv,G*S]
         batch = ["%bsz"] if s.batch is None else []
         self.q_dims = _braces(batch)
         self.kv_dims = _braces(batch + (["%t"] if s.rows is None else []))
@@ -94,6 +109,7 @@ def _attend_body(s: KernelShape) -> str:
     """The first export's function: one (KV head, block of keys, batch row) per workgroup, its
     block's keys in chunks of CHUNK_ROWS (scores, online softmax, P.V), its partial results out."""
     G, D, C, m = s.group, s.head_size, CHUNK_ROWS, _Memrefs(s)
+    cap = f"\n      %cap = arith.constant {_f32_hex(s.softcap)} : f32" if s.softcap > 0 else ""
     lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
                       %ob: !stream.binding, %lb: !stream.binding, %n: index, %ns: index, %bsz: index, %t: index) {{
       %c0 = arith.constant 0 : index
@@ -102,7 +118,7 @@ def _attend_body(s: KernelShape) -> str:
       %ninf = arith.constant 0xFF800000 : f32
       %zero = arith.constant 0.0 : f32
       %zv = arith.constant dense<0.0> : vector<{D}xf32>
-      %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>
+      %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>{cap}
       %h = stream.dispatch.workgroup.id[0] : index
       %y = stream.dispatch.workgroup.id[1] : index
       %b = stream.dispatch.workgroup.id[2] : index
@@ -162,11 +178,21 @@ def _chunk_scores(s: KernelShape, m: _Memrefs) -> str:
             lines.append(f"""            %srow{g} = arith.constant {g % s.seq} : index
             {bias} = memref.load %M[%b, %srow{g}, %r] : {m.bias}""")
         lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
-            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32
-            %s{g} = arith.addf %d{g}, {bias} : f32
+            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32{_capped(s, g)}
+            %s{g} = arith.addf {"%dc" if s.softcap > 0 else "%d"}{g}, {bias} : f32
             memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>""")
     lines.append("          }\n        }")
     return "\n".join(lines)
+
+
+def _capped(s: KernelShape, g: int) -> str:
+    """``%dc{g}``: the score ``%d{g}`` softcapped (c * tanh(x / c), as onnxruntime computes it), if asked."""
+    if s.softcap <= 0:
+        return ""
+    return f"""
+            %dy{g} = arith.divf %d{g}, %cap : f32
+            %dt{g} = math.tanh %dy{g} : f32
+            %dc{g} = arith.mulf %dt{g}, %cap : f32"""
 
 
 def _chunk_softmax(s: KernelShape) -> str:
@@ -213,7 +239,8 @@ def _combine_body(s: KernelShape) -> str:
     """The second export's function: the blocks' partial results of one (KV head, batch row) combined."""
     G, D, m = s.group, s.head_size, _Memrefs(s)
     oT, lT, rT = m.acc, m.ml, m.out
-    L = [f"""    func.func @{s.symbol()}_combine(%ob: !stream.binding, %lb: !stream.binding, %rb: !stream.binding, %ns: index, %bsz: index) {{
+    sink = "%sb: !stream.binding, " if s.sinks else ""  # [Hkv,G*S] sink logits
+    L = [f"""    func.func @{s.symbol()}_combine(%ob: !stream.binding, %lb: !stream.binding, {sink}%rb: !stream.binding, %ns: index, %bsz: index) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
       %ninf = arith.constant 0xFF800000 : f32
@@ -225,16 +252,33 @@ def _combine_body(s: KernelShape) -> str:
       %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {oT}{m.block_dims}
       %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {lT}{m.block_dims}
       %R = stream.binding.subspan %rb[%c0] : !stream.binding -> {rT}{m.q_dims}"""]
-    a = L.append
-    for g in range(G):
-        a(f"""      %g{g} = arith.constant {g} : index
+    if s.sinks:
+        L.append(f"      %SK = stream.binding.subspan %sb[%c0] : !stream.binding -> {m.sink}")
+    L += [_combined_row(s, m, g) for g in range(G)]
+    L.append("      return\n    }")
+    return "\n".join(L)
+
+
+def _combined_row(s: KernelShape, m: _Memrefs, g: int) -> str:
+    """Grouped row g's result: the blocks' maxima (and its sink logit) to one maximum, their
+    accumulators and sums weighted by e^(block max - max), the sum divided out."""
+    D, oT, lT, rT = s.head_size, m.acc, m.ml, m.out
+    mx, den = (f"%mz{g}", f"%dz{g}") if s.sinks else (f"%mx{g}", f"%acc{g}#1")  # each with the sink's share, if any
+    top = f"""
+      %sk{g} = memref.load %SK[%h, %g{g}] : {m.sink}
+      %mz{g} = arith.maximumf %mx{g}, %sk{g} : f32""" if s.sinks else ""
+    sink_share = f"""
+      %zd{g} = arith.subf %sk{g}, %ms{g} : f32
+      %ze{g} = math.exp %zd{g} : f32
+      %dz{g} = arith.addf %acc{g}#1, %ze{g} : f32""" if s.sinks else ""
+    return f"""      %g{g} = arith.constant {g} : index
       %mx{g} = scf.for %y = %c0 to %ns step %c1 iter_args(%m = %ninf) -> (f32) {{
         %my = memref.load %ML[%b, %h, %y, %c0, %g{g}] : {lT}
         %mm = arith.maximumf %m, %my : f32
         scf.yield %mm : f32
-      }}
-      %empty{g} = arith.cmpf oeq, %mx{g}, %ninf : f32
-      %ms{g} = arith.select %empty{g}, %zero, %mx{g} : f32
+      }}{top}
+      %empty{g} = arith.cmpf oeq, {mx}, %ninf : f32
+      %ms{g} = arith.select %empty{g}, %zero, {mx} : f32
       %acc{g}:2 = scf.for %y = %c0 to %ns step %c1 iter_args(%num = %zv, %den = %zero) -> (vector<{D}xf32>, f32) {{
         %my = memref.load %ML[%b, %h, %y, %c0, %g{g}] : {lT}
         %ly = memref.load %ML[%b, %h, %y, %c1, %g{g}] : {lT}
@@ -246,16 +290,13 @@ def _combine_body(s: KernelShape) -> str:
         %wl = arith.mulf %w, %ly : f32
         %deny = arith.addf %den, %wl : f32
         scf.yield %numy, %deny : vector<{D}xf32>, f32
-      }}
-      %none{g} = arith.cmpf oeq, %acc{g}#1, %zero : f32
-      %den{g} = arith.select %none{g}, %one, %acc{g}#1 : f32
+      }}{sink_share}
+      %none{g} = arith.cmpf oeq, {den}, %zero : f32
+      %den{g} = arith.select %none{g}, %one, {den} : f32
       %inv{g} = arith.divf %one, %den{g} : f32
       %ib{g} = vector.broadcast %inv{g} : f32 to vector<{D}xf32>
       %res{g} = arith.mulf %acc{g}#0, %ib{g} : vector<{D}xf32>
-      vector.store %res{g}, %R[%b, %h, %g{g}, %c0] : {rT}, vector<{D}xf32>""")
-    a("      return\n    }")
-    return "\n".join(L)
-
+      vector.store %res{g}, %R[%b, %h, %g{g}, %c0] : {rT}, vector<{D}xf32>"""
 
 def render(s: KernelShape, opset: int) -> tuple:
     """``(symbol, text)``: the executable ``@symbol_executable`` and the function ``@symbol``
@@ -271,6 +312,8 @@ def render(s: KernelShape, opset: int) -> tuple:
     dyn = lambda *names: _braces([n for n in names if n])
     bd = "%bsz" if s.batch is None else ""
     td = "%t" if s.rows is None else ""
+    t_s = f"tensor<{Hkv}x{G}xf32>"
+    sink_arg, sink_use, sink_type = (f", %sink: {t_s}", ", %sink", f", {t_s}") if s.sinks else ("", "", "")
     text = f"""
 stream.executable private @{sym}_executable {{
   stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
@@ -288,7 +331,7 @@ stream.executable private @{sym}_executable {{
 {_combine_body(s)}
   }}
 }}
-func.func private @{sym}(%q: {t_q}, %k: {t_k}, %v: {t_k}, %mask: {t_m}, %n: index) -> {t_q} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
+func.func private @{sym}(%q: {t_q}, %k: {t_k}, %v: {t_k}, %mask: {t_m}{sink_arg}, %n: index) -> {t_q} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -298,8 +341,8 @@ func.func private @{sym}(%q: {t_q}, %k: {t_k}, %v: {t_k}, %mask: {t_m}, %n: inde
   %part:2 = flow.dispatch @{sym}_executable::@{sym}_attend[%n, %bsz](%q, %k, %v, %mask, %n, %ns, %bsz, %t)
       : ({t_q}{dyn(bd)}, {t_k}{dyn(bd, td)}, {t_k}{dyn(bd, td)}, {t_m}{dyn(bd, "%n")}, index, index, index, index)
       -> ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")})
-  %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1, %ns, %bsz)
-      : ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")}, index, index) -> {t_q}{dyn(bd)}
+  %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1{sink_use}, %ns, %bsz)
+      : ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")}{sink_type}, index, index) -> {t_q}{dyn(bd)}
   return %r : {t_q}
 }}
 """

@@ -3,8 +3,8 @@ library (``--iree-codegen-tuning-spec-path``, IREE's mechanism for choosing a di
 config in place of its heuristics).  Since the fused form (iree-cpu's default) runs a decode
 step's and a static short chunk's attention in a kernel of its own (kernels/decode_attention.py),
 the spec tiles the decomposed form's (``attention=decomposed``, and a step the kernel does not
-take: softcap, sinks, a bias, qk_output) and a short chunk's of a run-time S (up to MAX_ROWS
-grouped rows).
+take: an attention_bias, qk_output, a quantized cache) and a short chunk's of a run-time S (up
+to MAX_ROWS grouped rows).
 
 A decode step's Q.K^T is a ``linalg.batch_matmul`` with K transposed: per KV head,
 [M, Dh] x [R, Dh]^T -> [M, R], M = G query rows (S = 1), R the cache rows read.  IREE 3.13

@@ -72,20 +72,24 @@ def visible_bias(tb: TorchBuilder, visible_BSR: Tensor, read_B1R: Optional[Tenso
 
 
 def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
-                           bias_BSR: Tensor) -> Tensor:
-    """Attention [B,Hkv,G*S,Dh] f32 of the scaled grouped rows (row g*S + s), each score plus its
-    query row's bias (f32 [B|1,S,R]; -inf only where the batch row reads the key for no s)."""
+                           bias_BSR: Tensor, softcap: float = 0.0, sink_1HkvGS1: Optional[Tensor] = None) -> Tensor:
+    """Attention [B,Hkv,G*S,Dh] f32 of the scaled grouped rows (row g*S + s), each score (softcapped
+    if ``softcap`` > 0) plus its query row's bias (f32 [B|1,S,R]; -inf only where the batch row
+    reads the key for no s), with a sink logit per grouped row (f32 [1,Hkv,G*S,1]) if given."""
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
         key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
     B, Hkv, GS, Dh = q_BHkvGSDh.shape
     S = bias_BSR.shape[1]
-    shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S)
+    shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S, softcap, sink_1HkvGS1 is not None)
     symbol, text = render(shape, _OPSET)
     if bias_BSR.shape[0] != B:  # one for every batch row
         bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,R] -> [B,S,R]
     kv_shape = (B, Hkv, shape.rows, Dh)
     operands = [tb.builtin(q_BHkvGSDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
-                tb.builtin(bias_BSR, (B, S, None)), tb.index(rows)]
+                tb.builtin(bias_BSR, (B, S, None))]
+    if sink_1HkvGS1 is not None:
+        operands.append(tb.builtin(tb.flatten(tb.flatten(sink_1HkvGS1, 2, 3), 0, 1)))  # -> [Hkv,G*S]
+    operands.append(tb.index(rows))
     return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")

@@ -99,12 +99,12 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     """
     dtype, Hkv, S = query_BHSDh.dtype, attrs.kv_num_heads, step.S
     G = attrs.num_heads // Hkv
-    plain = bias is None and factors == (None, None) and not needs_scores(attrs, ins)
     fused = options is not None and options.attention == "fused"
-    if plain and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
+    if takes_fused(attrs, bias, factors) and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
         q_BHkvGSDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # -> [B,Hkv,G*S,Dh]
         bias_BSR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,S,R]
-        attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR)
+        attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR, attrs.softcap,
+                                                            sink_logits(tb, attrs, ins, Hkv, S))
         return ungrouped(tb, attn_BHkvGSDh, G, S), None  # -> [B,H,S,Dh]
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")
@@ -128,6 +128,22 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
         raw_BHST = tb.where_else_scalar(qk_written(tb, step, ins, tb.unsqueeze(visible_BST, 1)), raw_BHST, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw_BHST, step, ins), dtype)
     return tb.to_dtype(ungrouped(tb, attn_BHkvGSDh, G, S), dtype), qk  # -> [B,H,S,Dh]
+
+
+def takes_fused(attrs, bias, factors) -> bool:
+    """Whether the fused kernel can compute the step, shapes aside (fused_decode.applies): no
+    attention_bias, no quantized cache's factors, no output_qk, and local_window_size != 0 (a
+    row of no visible key there reads every key masked, which the kernel would average)."""
+    return bias is None and factors == (None, None) and attrs.qk_output == 0 and attrs.local_window_size != 0
+
+
+def sink_logits(tb, attrs, ins, Hkv: int, S) -> Optional[Tensor]:
+    """f32 [1,Hkv,G*S,1]: head_sink per grouped row, or 0 with smooth_softmax; None without either."""
+    if ins.head_sink is not None:
+        return grouped_sink(tb, tb.to_dtype(ins.head_sink, "f32"), Hkv, S)
+    if attrs.smooth_softmax:
+        return tb.full_sized([1, Hkv, attrs.num_heads // Hkv * S, 1], 0.0, "f32")
+    return None
 
 
 def scaled_scores(tb, attrs, ins, qk_BHkvGST: Tensor, key_factor: Optional[Tensor]) -> Tensor:
