@@ -109,7 +109,8 @@ def _attend_body(s: KernelShape) -> str:
     """The first export's function: one (KV head, block of keys, batch row) per workgroup, its
     block's keys in chunks of CHUNK_ROWS (scores, online softmax, P.V), its partial results out."""
     G, D, C, m = s.group, s.head_size, CHUNK_ROWS, _Memrefs(s)
-    cap = f"\n      %cap = arith.constant {_f32_hex(s.softcap)} : f32" if s.softcap > 0 else ""
+    cap = (f"\n      %capv = arith.constant dense<{_f32_hex(s.softcap)}> : vector<{C}xf32>"
+           f"\n      %zcv = arith.constant dense<0.0> : vector<{C}xf32>") if s.softcap > 0 else ""
     lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
                       %ob: !stream.binding, %lb: !stream.binding, %n: index, %ns: index, %bsz: index, %t: index) {{
       %c0 = arith.constant 0 : index
@@ -143,7 +144,7 @@ def _attend_body(s: KernelShape) -> str:
     lines.append(f"""      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{
         %rem = arith.subi %hi, %c : index
         %len = arith.minui %rem, %cC : index""")
-    lines += [_chunk_scores(s, m), _chunk_softmax(s), _chunk_values(s, m)]
+    lines += [_chunk_scores(s, m), _chunk_softmax(s, m), _chunk_values(s, m)]
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
     for g in range(G):  # the block's partial results: unnormalised accumulator, maximum, sum
@@ -167,40 +168,52 @@ def _attended_rows(m: _Memrefs, load: str) -> str:
 
 def _chunk_scores(s: KernelShape, m: _Memrefs) -> str:
     """The chunk's scores [G,C] (-inf for a skipped or missing row): each K row loaded once for the
-    G query rows, its dot products as reassociated vector sums, plus the key's bias."""
+    G query rows, its dot products as reassociated vector sums, plus the key's bias.  With a
+    softcap, the dot products alone (0 for a skipped row): _softcapped_scores caps and biases them."""
     G, D, C = s.group, s.head_size, CHUNK_ROWS
-    lines = [f"        vector.store %ninfv, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>" for g in range(G)]
+    start = "%zcv" if s.softcap > 0 else "%ninfv"
+    lines = [f"        vector.store {start}, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>" for g in range(G)]
     lines.append(_attended_rows(m, f"%kv = vector.load %K[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"))
     for g in range(G):
+        if s.softcap > 0:
+            lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
+            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32
+            memref.store %d{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>""")
+            continue
         bias = "%bias"  # row g = h*S + s: the bias row s (0 for a decode step, already loaded)
         if s.seq > 1 and g % s.seq:
             bias = f"%bias{g}"
             lines.append(f"""            %srow{g} = arith.constant {g % s.seq} : index
             {bias} = memref.load %M[%b, %srow{g}, %r] : {m.bias}""")
         lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
-            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32{_capped(s, g)}
-            %s{g} = arith.addf {"%dc" if s.softcap > 0 else "%d"}{g}, {bias} : f32
+            %d{g} = vector.reduction <add>, %p{g} fastmath<reassoc> : vector<{D}xf32> into f32
+            %s{g} = arith.addf %d{g}, {bias} : f32
             memref.store %s{g}, %S[%g{g}, %j] : memref<{G}x{C}xf32>""")
     lines.append("          }\n        }")
     return "\n".join(lines)
 
 
-def _capped(s: KernelShape, g: int) -> str:
-    """``%dc{g}``: the score ``%d{g}`` softcapped (c * tanh(x / c), as onnxruntime computes it), if asked."""
-    if s.softcap <= 0:
-        return ""
-    return f"""
-            %dy{g} = arith.divf %d{g}, %cap : f32
-            %dt{g} = math.tanh %dy{g} : f32
-            %dc{g} = arith.mulf %dt{g}, %cap : f32"""
+def _softcapped_scores(s: KernelShape, m: _Memrefs, g: int) -> str:
+    """``%sv{g}``: row g's chunk of dot products [C] capped (c * tanh(x / c), as onnxruntime
+    computes it) on whole vectors, plus its bias row's chunk (-inf past the n rows)."""
+    C = CHUNK_ROWS
+    return f"""        %rv{g} = vector.load %S[%g{g}, %c0] : memref<{s.group}x{C}xf32>, vector<{C}xf32>
+        %sq{g} = arith.constant {g % s.seq} : index
+        %bv{g} = vector.transfer_read %M[%b, %sq{g}, %c], %ninf : {m.bias}, vector<{C}xf32>
+        %yv{g} = arith.divf %rv{g}, %capv : vector<{C}xf32>
+        %tv{g} = math.tanh %yv{g} : vector<{C}xf32>
+        %cv{g} = arith.mulf %tv{g}, %capv : vector<{C}xf32>
+        %sv{g} = arith.addf %cv{g}, %bv{g} : vector<{C}xf32>"""
 
 
-def _chunk_softmax(s: KernelShape) -> str:
+def _chunk_softmax(s: KernelShape, m: _Memrefs) -> str:
     """Per query row: the running maximum with the chunk's, the accumulator and sum rescaled by
     e^(old - new), the chunk's exponentials [C] (in place of its scores) added to the sum.  A
     maximum still -inf (no key seen yet) is taken as 0: e^(-inf) = 0, never NaN."""
     G, D, C = s.group, s.head_size, CHUNK_ROWS
-    return "\n".join(f"""        %sv{g} = vector.load %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>
+    scores = lambda g: (_softcapped_scores(s, m, g) if s.softcap > 0 else  # noqa: E731
+                        f"        %sv{g} = vector.load %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>")
+    return "\n".join(f"""{scores(g)}
         %mx{g} = vector.reduction <maximumf>, %sv{g} : vector<{C}xf32> into f32
         %mn{g} = arith.maximumf %m{g}, %mx{g} : f32
         %empty{g} = arith.cmpf oeq, %mn{g}, %ninf : f32
