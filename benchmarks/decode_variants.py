@@ -1,4 +1,4 @@
-"""Decode steps whose attention has more than a softmax: Gemma 2's softcap and gpt-oss's head sinks.
+"""Decode steps beyond decode_step.py's: Gemma 2's softcap, gpt-oss's head sinks, a short chunk.
 
 Each in onnxruntime-genai's shared-buffer mode (capacity P+1, past and present one buffer), on
 iree-cpu in its default form (``fused``: the kernel applies the softcap and the sinks) and in
@@ -7,8 +7,10 @@ one process (decode_step.py's runners and medians).
 
     .venv/bin/python benchmarks/decode_variants.py [--past 1023 4095] [--threads 1 2] [--repeats 30]
 
-Shapes (fp32, B=1, S=1): gemma2 H=8, Hkv=4, Dh=256, softcap 50 (Gemma 2 2B's attention);
-gpt-oss H=64, Hkv=8, Dh=64 with head_sink (gpt-oss 20B's).  Not a test: numbers depend on the
+Shapes (fp32, B=1): gemma2 H=8, Hkv=4, Dh=256, softcap 50 (Gemma 2 2B's attention);
+gpt-oss H=64, Hkv=8, Dh=64 with head_sink (gpt-oss 20B's); chunk4 decode_step.py's Llama
+shape (H=32, Hkv=8, Dh=128) checking 4 draft tokens at once (speculative decoding, a static
+S = 4: 16 grouped rows a KV head).  The buffer holds P valid rows and room for the step's.  Not a test: numbers depend on the
 machine and its load.
 """
 
@@ -26,6 +28,7 @@ from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 VARIANTS = {  # name: (GQAConfig fields, extra node attributes)
     "gemma2": (dict(num_heads=8, kv_num_heads=4, head_size=256), {"softcap": 50.0}),
     "gpt-oss": (dict(num_heads=64, kv_num_heads=8, head_size=64, head_sink=True), {}),
+    "chunk4": (dict(seq=4, num_heads=32, kv_num_heads=8, head_size=128), {}),
 }
 
 
@@ -40,7 +43,8 @@ def ours(model, feeds, threads: int, attention: str) -> Runner:
 def runners(past: int, threads: int) -> Dict[str, Runner]:
     built: Dict[str, Runner] = {}
     for name, (fields, attrs) in VARIANTS.items():
-        cfg = GQAConfig(batch=1, seq=1, past=past + 1, past_lens=(past,), fixed_capacity=True, **fields)
+        seq = fields.get("seq", 1)
+        cfg = GQAConfig(**{"batch": 1, "seq": 1, "past": past + seq, "past_lens": (past,), "fixed_capacity": True, **fields})
         model, feeds = make_model(cfg, attrs), make_inputs(cfg)
         built[f"{name}/onnxruntime"] = ort_shared(model, feeds, threads)
         for attention in ("fused", "decomposed"):
