@@ -41,12 +41,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 CHUNK_ROWS = 8  # key rows per online-softmax step (8 read K/V fastest of 4-256: "CPU, round 14")
-SPLIT_ROWS = 1024  # key rows per workgroup at most: a 4096-row cache is 4 blocks a KV head for the workers to share
-# The n rows are split into ceil(n / SPLIT_ROWS) blocks of equal size (a multiple of CHUNK_ROWS; the
-# last one shorter): IREE's local-task workers claim 8 workgroups at a time once there are 16 or
-# more for 2 workers, and in workgroup order (KV heads first), so a short last block made one
-# worker take every KV head's full block and the other the short ones (n = 1027 on 2 threads: no
-# faster than on 1).
+SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV head for the workers to share
 MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
 HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
 
@@ -134,7 +129,7 @@ def _attend_body(s: KernelShape) -> str:
       %M = stream.binding.subspan %mb[%c0] : !stream.binding -> {m.bias}{m.bias_dims}
       %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {m.acc}{m.block_dims}
       %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {m.ml}{m.block_dims}
-      %cR = affine.apply affine_map<()[s0, s1] -> (((s0 ceildiv s1) ceildiv {C}) * {C})>()[%n, %ns]
+      %cR = arith.constant {SPLIT_ROWS} : index
       %lo = arith.muli %y, %cR : index
       %hi0 = arith.addi %lo, %cR : index
       %hi = arith.minui %hi0, %n : index
