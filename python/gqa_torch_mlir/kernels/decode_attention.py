@@ -20,8 +20,8 @@ tensors.
     sink_HkvG  f32 [Hkv,G*S]  (KernelShape.sinks only) each grouped row's sink logit z: the
                softmax's denominator gains e^(z - m), m the row's maximum with z
 
-and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).  Each workgroup (KV head, block of
-SPLIT_ROWS key rows, batch row) walks its rows in chunks of CHUNK_ROWS: the
+and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).  Each workgroup (block of SPLIT_ROWS key
+rows, KV head, batch row) walks its rows in chunks of CHUNK_ROWS: the
 chunk's scores (each K row loaded once for the G query rows, plus its bias), an online
 softmax (running maximum and sum per query row, the accumulator rescaled when
 the maximum grows) and P.V (each V row loaded once).  A key row whose bias is
@@ -42,6 +42,10 @@ from typing import Optional
 
 CHUNK_ROWS = 8  # key rows per online-softmax step (8 read K/V fastest of 4-256: "CPU, round 14")
 SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV head for the workers to share
+# Workgroups (block, KV head, batch row), blocks first: IREE's local-task workers claim 8
+# workgroups at a time once a dispatch has 16 or more for 2 workers, in workgroup order, so with
+# KV heads first a cache of 1027 rows gave one worker every head's full block and the other the
+# 3-row tails (a 4-token chunk at past 1023: no faster on 2 threads than on 1).
 MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
 HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
 
@@ -120,8 +124,8 @@ def _attend_body(s: KernelShape) -> str:
       %zero = arith.constant 0.0 : f32
       %zv = arith.constant dense<0.0> : vector<{D}xf32>
       %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>{cap}
-      %h = stream.dispatch.workgroup.id[0] : index
-      %y = stream.dispatch.workgroup.id[1] : index
+      %y = stream.dispatch.workgroup.id[0] : index
+      %h = stream.dispatch.workgroup.id[1] : index
       %b = stream.dispatch.workgroup.id[2] : index
       %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> {m.q}{m.q_dims}
       %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.kv}{m.kv_dims}
@@ -332,7 +336,7 @@ stream.executable private @{sym}_executable {{
   stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
     %hkv = arith.constant {Hkv} : index
     %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
-    stream.return %hkv, %ns, %bsz : index, index, index
+    stream.return %ns, %hkv, %bsz : index, index, index
   }}
   stream.executable.export public @{sym}_combine workgroups(%bsz: index) -> (index, index, index) {{
     %hkv = arith.constant {Hkv} : index
