@@ -85,8 +85,8 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
 def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None),
                          options=None):
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32; with
-    attention=fused, a step of up to 16 grouped query rows that needs none of the extras in one
-    dispatch (fused_decode.py).
+    attention=fused, a step of up to 16 grouped query rows (softcap and sinks included) in one
+    dispatch, where takes_fused says so (fused_decode.py).
 
     ``factors``: f32 [1] scales multiplying Q.K^T and P.V (a PER_TENSOR cache's,
     whose K or V are then its codes; see CacheCodec.factor), or None.
