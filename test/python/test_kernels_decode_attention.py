@@ -48,6 +48,27 @@ func.func @f(%q: {q}, %k: {kv}, %v: {kv}, %m: {m}{z}{zt and ": " + zt[2:]}) -> {
     return IreeCompiledModule(vmfb, "f", [np.float32], threads=1)
 
 
+def compiled_writing_kernel(shape: KernelShape) -> IreeCompiledModule:
+    """@f(q, past_k, past_v, mask, new_k, new_v, start) -> (attention, present_k, present_v): the
+    write variant called with n = the mask's columns."""
+    symbol, text = render(shape, 21)
+    B, H, D = shape.batch, shape.kv_heads, shape.head_size
+    q, m = f"tensor<{_dims([B, H, shape.group, D])}xf32>", f"tensor<{_dims([B, shape.seq, None])}xf32>"
+    p, new, kv = (f"tensor<{_dims([B, H, rows, D])}xf32>" for rows in (shape.past, shape.seq, shape.rows))
+    text += f"""
+func.func @f(%q: {q}, %k: {p}, %v: {p}, %m: {m}, %nk: {new}, %nv: {new}, %start: tensor<i64>) -> ({q}, {kv}, {kv}) {{
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %m, %c2 : {m}
+  %s64 = tensor.extract %start[] : tensor<i64>
+  %s = arith.index_cast %s64 : i64 to index
+  %r:3 = func.call @{symbol}(%q, %k, %v, %m, %nk, %nv, %n, %s) : ({q}, {p}, {p}, {m}, {new}, {new}, index, index) -> ({q}, {kv}, {kv})
+  return %r#0, %r#1, %r#2 : {q}, {kv}, {kv}
+}}"""
+    vmfb = iree_compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="none",
+                                     extra_args=["--iree-llvmcpu-target-cpu=host"])
+    return IreeCompiledModule(vmfb, "f", [np.float32] * 3, threads=2)
+
+
 def reference(q, k, v, bias, softcap=0.0, sinks=None):
     """softmax(cap(q.k^T) + bias over the rows whose bias is not -inf) . v in f64, grouped row
     g*S + s taking bias row s, cap(x) = c tanh(x / c) if softcap c > 0, the denominator with
@@ -114,6 +135,39 @@ def test_kernel_matches_numpy(shape, batch, n):
     np.testing.assert_allclose(out, reference(q, k, v, bias, s.softcap, sinks), rtol=0, atol=2e-6)
     if batch > 1:
         assert not out[1].any()
+
+
+# (B, Hkv, G*S, Dh, T, S), rows read n, first new row: the new row last (a decode step), inside
+# the past (the rows after it keep the past's), several blocks with rows not read, rows of 96 and
+# 24 floats (not whole 64-byte lines), a short chunk, rows of 0 after the past (start < P: T - S.. 0)
+WRITES = [
+    ((1, 8, 4, 128, 1024, 1), 1024, 1023),
+    ((1, 2, 4, 64, 40, 1), 40, 17),
+    ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
+    ((1, 2, 6, 24, 33, 3), 33, 30),
+    ((1, 1, 8, 256, 20, 2), 12, 5),
+]
+
+
+@pytest.mark.parametrize("shape,n,start", WRITES, ids=lambda v: KernelShape(*v, writes=True).symbol() if isinstance(v, tuple) else str(v))
+def test_kernel_writes_present(shape, n, start):
+    """The write variant: present = the past with the new rows at ``start`` (every other row after
+    the past 0), whatever rows attention reads, and the attention over present's first n rows."""
+    s = KernelShape(*shape, writes=True)
+    B, H, D, P, S = s.batch, s.kv_heads, s.head_size, s.past, s.seq
+    rng = np.random.default_rng(start)
+    q = (rng.standard_normal((B, H, s.group, D)) / np.sqrt(D)).astype(np.float32)
+    past_k, past_v = (rng.standard_normal((B, H, P, D)).astype(np.float32) for _ in range(2))
+    new_k, new_v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(2))
+    read = rng.random((B, 1, n)) < 0.8  # -inf: a key not read (by every query row alike)
+    read[:, :, 0] = True
+    bias = np.where(read, rng.standard_normal((B, S, n)), -np.inf).astype(np.float32)
+    want_k, want_v = (np.concatenate([p, np.zeros((B, H, S, D), np.float32)], 2) for p in (past_k, past_v))
+    want_k[:, :, start:start + S], want_v[:, :, start:start + S] = new_k, new_v
+    out, have_k, have_v = compiled_writing_kernel(s).invoke("f", q, past_k, past_v, bias, new_k, new_v, np.array(start, np.int64))
+    np.testing.assert_array_equal(have_k, want_k)
+    np.testing.assert_array_equal(have_v, want_v)
+    np.testing.assert_allclose(out, reference(q, want_k, want_v, bias), rtol=0, atol=2e-6)
 
 
 def lowered_text(cfg: GQAConfig, attention=None) -> str:

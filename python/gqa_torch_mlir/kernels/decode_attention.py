@@ -48,6 +48,7 @@ SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV h
 # 3-row tails (a 4-token chunk at past 1023: no faster on 2 threads than on 1).
 MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
 HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
+NONTEMPORAL = True  # present rows (``writes``) stored past the caches: the kernel reads the staged copy
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,21 @@ class KernelShape:
     seq: int = 1  # S: the query rows of the step (each group of S rows shares its bias rows)
     softcap: float = 0.0  # c > 0: each score c * tanh(score / c) (rounded to f32)
     sinks: bool = False  # a sink logit per grouped row (head_sink, or 0 for smooth_softmax)
+    writes: bool = False  # a growing cache's write made while reading: present from past and new rows
+
+    @property
+    def past(self) -> int:
+        """P, the rows of the past (``writes``): present's T rows less the S new ones."""
+        return self.rows - self.seq
 
     def symbol(self) -> str:
         d = lambda v: "d" if v is None else str(v)
         seq = f"_s{self.seq}" if self.seq > 1 else ""
         cap = f"_cap{_f32_hex(self.softcap)[2:]}" if self.softcap > 0 else ""
         sink = "_sink" if self.sinks else ""
+        write = "_write" if self.writes else ""
         return (f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}{seq}_dh{self.head_size}"
-                f"_t{d(self.rows)}{cap}{sink}")
+                f"_t{d(self.rows)}{cap}{sink}{write}")
 
 
 def _f32_hex(value: float) -> str:
@@ -78,6 +86,15 @@ def _f32_hex(value: float) -> str:
 def supported(kv_heads: int, group: int, head_size: int) -> bool:
     """``group``: the grouped query rows per KV head (G*S)."""
     return kv_heads >= 1 and 1 <= group <= MAX_GROUP and head_size in HEAD_SIZES
+
+
+STACK_BYTES = 32768  # IREE's llvm-cpu stack limit for a dispatch function
+
+
+def writes_fit(group: int, head_size: int) -> bool:
+    """Whether the write variant's stack arrays fit: the accumulators [G,Dh], the chunk's scores
+    [G,C] and its staged K and V rows [C,Dh] (G=16 with Dh=256 does not: its write stays a copy)."""
+    return 4 * (group * head_size + group * CHUNK_ROWS + 2 * CHUNK_ROWS * head_size) <= STACK_BYTES - 1024
 
 
 def _braces(names) -> str:
@@ -107,6 +124,11 @@ class _Memrefs:
         self.kv_dims = _braces(batch + (["%t"] if s.rows is None else []))
         self.bias_dims = _braces(batch + ["%n"])
         self.block_dims = _braces(batch + ["%ns"])
+        if s.writes:  # K/V read from the past [B,Hkv,P,Dh] and the new rows [B,Hkv,S,Dh]; present [B,Hkv,T,Dh] written
+            self.kv = f"memref<{_dims([s.batch, s.kv_heads, s.past, D])}xf32>"
+            self.new = f"memref<{_dims([s.batch, s.kv_heads, s.seq, D])}xf32>"
+            self.present = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
+            self.kv_dims = self.q_dims
 
 
 def _attend_body(s: KernelShape) -> str:
@@ -115,8 +137,11 @@ def _attend_body(s: KernelShape) -> str:
     G, D, C, m = s.group, s.head_size, CHUNK_ROWS, _Memrefs(s)
     cap = (f"\n      %capv = arith.constant dense<{_f32_hex(s.softcap)}> : vector<{C}xf32>"
            f"\n      %zcv = arith.constant dense<0.0> : vector<{C}xf32>") if s.softcap > 0 else ""
-    lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding,
-                      %ob: !stream.binding, %lb: !stream.binding, %n: index, %ns: index, %bsz: index, %t: index) {{
+    new = ", %nkb: !stream.binding, %nvb: !stream.binding" if s.writes else ""  # bindings: operands, then results
+    written = ", %wkb: !stream.binding, %wvb: !stream.binding" if s.writes else ""
+    start = ", %start: index" if s.writes else ""
+    lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding{new},
+                      %ob: !stream.binding, %lb: !stream.binding{written}, %n: index, %ns: index, %bsz: index, %t: index{start}) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
       %cC = arith.constant {C} : index
@@ -136,9 +161,11 @@ def _attend_body(s: KernelShape) -> str:
       %cR = arith.constant {SPLIT_ROWS} : index
       %lo = arith.muli %y, %cR : index
       %hi0 = arith.addi %lo, %cR : index
-      %hi = arith.minui %hi0, %n : index
+      %hi = arith.minui %hi0, {"%t" if s.writes else "%n"} : index
       %ACC = memref.alloca() : memref<{G}x{D}xf32>
       %S = memref.alloca() : memref<{G}x{C}xf32>"""]
+    if s.writes:
+        lines.append(_write_bindings(s, m))
     for g in range(G):  # the G query rows of the KV head, and their accumulators
         lines.append(f"""      %g{g} = arith.constant {g} : index
       %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {m.q}, vector<{D}xf32>
@@ -147,7 +174,9 @@ def _attend_body(s: KernelShape) -> str:
     f32s = ", ".join(["f32"] * (2 * G))
     lines.append(f"""      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{
         %rem = arith.subi %hi, %c : index
-        %len = arith.minui %rem, %cC : index""")
+        %{"wlen" if s.writes else "len"} = arith.minui %rem, %cC : index""")
+    if s.writes:
+        lines.append(_chunk_written(s, m))
     lines += [_chunk_scores(s, m), _chunk_softmax(s, m), _chunk_values(s, m)]
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
@@ -158,6 +187,67 @@ def _attend_body(s: KernelShape) -> str:
       memref.store %fin#{G + g}, %ML[%b, %h, %y, %c1, %g{g}] : {m.ml}""")
     lines.append("      return\n    }")
     return "\n".join(lines)
+
+
+def _row_load(s: KernelShape, m: _Memrefs, name: str, cache: str) -> str:
+    """``name`` = the chunk's row ``%j`` of K or V: from the cache, or (``writes``) from the rows staged."""
+    D = s.head_size
+    if s.writes:
+        return f"{name} = vector.load %{cache}S[%j, %c0] : memref<{CHUNK_ROWS}x{D}xf32>, vector<{D}xf32>"
+    return f"{name} = vector.load %{cache}[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"
+
+
+def _write_bindings(s: KernelShape, m: _Memrefs) -> str:
+    """The write's bindings (new rows, presents) and the chunk's staged K and V rows [C,Dh]."""
+    C, D = CHUNK_ROWS, s.head_size
+    return f"""      %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
+      %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}
+      %WK = stream.binding.subspan %wkb[%c0] : !stream.binding -> {m.present}{m.q_dims}
+      %WV = stream.binding.subspan %wvb[%c0] : !stream.binding -> {m.present}{m.q_dims}
+      %KS = memref.alloca() : memref<{C}x{D}xf32>
+      %VS = memref.alloca() : memref<{C}x{D}xf32>
+      %cP = arith.constant {s.past} : index
+      %cS = arith.constant {s.seq} : index"""
+
+
+def _chunk_written(s: KernelShape, m: _Memrefs) -> str:
+    """The chunk's ``%wlen`` present rows written (``writes``): row r is new row r - start when that
+    is in [0, S), else past row r when r < P, else 0; each staged for the chunk's reads too.  The
+    rows read are then the chunk's first rows below n: ``%len`` becomes their count."""
+    D, C = s.head_size, CHUNK_ROWS
+    nt = "<{nontemporal = true}> " if NONTEMPORAL else ""  # (the generic form: the custom one has no place for it)
+
+    def stored(k: str, v: str, pad: str) -> str:
+        return "\n".join(f'{pad}"vector.store"({x}, %W{c}, %b, %h, %r, %c0) {nt}: (vector<{D}xf32>, {m.present}, index, index, index, index) -> ()\n'
+                         f"{pad}vector.store {x}, %{c}S[%j, %c0] : memref<{C}x{D}xf32>, vector<{D}xf32>"
+                         for x, c in ((k, "K"), (v, "V")))
+
+    def loaded(cache: str, rows: str, row: str, pad: str) -> str:
+        return "\n".join(f"{pad}%{c.lower()}w = vector.load %{c if cache == 'past' else 'N' + c}[%b, %h, {row}, %c0] : {rows}, vector<{D}xf32>"
+                         for c in ("K", "V"))
+
+    p = " " * 12
+    return f"""        scf.for %j = %c0 to %wlen step %c1 {{
+          %r = arith.addi %c, %j : index
+          %rn = arith.subi %r, %start : index
+          %isnew = arith.cmpi ult, %rn, %cS : index
+          scf.if %isnew {{
+{loaded("new", m.new, "%rn", p)}
+{stored("%kw", "%vw", p)}
+          }} else {{
+            %inpast = arith.cmpi ult, %r, %cP : index
+            scf.if %inpast {{
+{loaded("past", m.kv, "%r", p + "  ")}
+{stored("%kw", "%vw", p + "  ")}
+            }} else {{
+{stored("%zv", "%zv", p + "  ")}
+            }}
+          }}
+        }}
+        %cend = arith.addi %c, %wlen : index
+        %rend = arith.minui %cend, %n : index
+        %rmax = arith.maxui %rend, %c : index
+        %len = arith.subi %rmax, %c : index"""
 
 
 def _attended_rows(m: _Memrefs, load: str) -> str:
@@ -177,7 +267,7 @@ def _chunk_scores(s: KernelShape, m: _Memrefs) -> str:
     G, D, C = s.group, s.head_size, CHUNK_ROWS
     start = "%zcv" if s.softcap > 0 else "%ninfv"
     lines = [f"        vector.store {start}, %S[%g{g}, %c0] : memref<{G}x{C}xf32>, vector<{C}xf32>" for g in range(G)]
-    lines.append(_attended_rows(m, f"%kv = vector.load %K[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"))
+    lines.append(_attended_rows(m, _row_load(s, m, "%kv", "K")))
     for g in range(G):
         if s.softcap > 0:
             lines.append(f"""            %p{g} = arith.mulf %q{g}, %kv : vector<{D}xf32>
@@ -241,7 +331,7 @@ def _chunk_values(s: KernelShape, m: _Memrefs) -> str:
     """The chunk's P.V: each attended V row loaded once, times each query row's exponential, into
     its accumulator."""
     G, D, C = s.group, s.head_size, CHUNK_ROWS
-    lines = [_attended_rows(m, f"%vv = vector.load %V[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>")]
+    lines = [_attended_rows(m, _row_load(s, m, "%vv", "V"))]
     for g in range(G):
         lines.append(f"""            %pg{g} = memref.load %S[%g{g}, %j] : memref<{G}x{C}xf32>
             %pb{g} = vector.broadcast %pg{g} : f32 to vector<{D}xf32>
@@ -331,6 +421,19 @@ def render(s: KernelShape, opset: int) -> tuple:
     td = "%t" if s.rows is None else ""
     t_s = f"tensor<{Hkv}x{G}xf32>"
     sink_arg, sink_use, sink_type = (f", %sink: {t_s}", ", %sink", f", {t_s}") if s.sinks else ("", "", "")
+    blocks = "%n"  # the workgroups' rows: those read, or (writes) every present row
+    caches = [("%k", t_k, dyn(bd, td)), ("%v", t_k, dyn(bd, td))]
+    args, results, returned, extra = f"%k: {t_k}, %v: {t_k}, %mask: {t_m}", t_q, "%r : " + t_q, ""
+    if s.writes:  # past [B,Hkv,P,Dh], new rows [B,Hkv,S,Dh] in; presents [B,Hkv,T,Dh] out
+        t_p, t_n = (f"tensor<{_dims([s.batch, Hkv, rows, D])}xf32>" for rows in (s.past, s.seq))
+        caches = [(x, t, dyn(bd)) for x, t in (("%k", t_p), ("%v", t_p), ("%nk", t_n), ("%nv", t_n))]
+        args, blocks = f"%k: {t_p}, %v: {t_p}, %mask: {t_m}, %nk: {t_n}, %nv: {t_n}", "%t"
+        results, returned, extra = f"({t_q}, {t_k}, {t_k})", f"%r, %part#2, %part#3 : {t_q}, {t_k}, {t_k}", ", %start"
+    kv_values = ", ".join(x for x, _, _ in caches[:2])
+    new_values = "".join(f", {x}" for x, _, _ in caches[2:])
+    kv_types = ", ".join(f"{t}{d}" for _, t, d in caches[:2])
+    new_types = "".join(f", {t}{d}" for _, t, d in caches[2:])
+    outs = f"{t_o}{dyn(bd, '%ns')}, {t_l}{dyn(bd, '%ns')}" + (f", {t_k}{dyn(bd)}, {t_k}{dyn(bd)}" if s.writes else "")
     text = f"""
 stream.executable private @{sym}_executable {{
   stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
@@ -348,19 +451,19 @@ stream.executable private @{sym}_executable {{
 {_combine_body(s)}
   }}
 }}
-func.func private @{sym}(%q: {t_q}, %k: {t_k}, %v: {t_k}, %mask: {t_m}{sink_arg}, %n: index) -> {t_q} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
+func.func private @{sym}(%q: {t_q}, {args}{sink_arg}, %n: index{extra and ", %start: index"}) -> {results} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %bsz = {"tensor.dim %q, %c0 : " + t_q if s.batch is None else f"arith.constant {s.batch} : index"}
   %t = {"tensor.dim %k, %c2 : " + t_k if s.rows is None else f"arith.constant {s.rows} : index"}
-  %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
-  %part:2 = flow.dispatch @{sym}_executable::@{sym}_attend[%n, %bsz](%q, %k, %v, %mask, %n, %ns, %bsz, %t)
-      : ({t_q}{dyn(bd)}, {t_k}{dyn(bd, td)}, {t_k}{dyn(bd, td)}, {t_m}{dyn(bd, "%n")}, index, index, index, index)
-      -> ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")})
+  %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[{blocks}]
+  %part:{4 if s.writes else 2} = flow.dispatch @{sym}_executable::@{sym}_attend[{blocks}, %bsz](%q, {kv_values}, %mask{new_values}, %n, %ns, %bsz, %t{extra})
+      : ({t_q}{dyn(bd)}, {kv_types}, {t_m}{dyn(bd, "%n")}{new_types}, index, index, index, index{", index" if s.writes else ""})
+      -> ({outs})
   %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1{sink_use}, %ns, %bsz)
       : ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")}{sink_type}, index, index) -> {t_q}{dyn(bd)}
-  return %r : {t_q}
+  return {returned}
 }}
 """
     return sym, text
