@@ -161,11 +161,15 @@ class TorchBuilder:
     def call_function(self, symbol: str, text: str, operands, shape, dtype: str) -> Tensor:
         """``func.call @symbol`` on builtin operands, its one result back as a vtensor; ``text``
         (the function and what it uses) is added to the module once, after the pass's walk."""
+        return self.call_function_results(symbol, text, operands, [(shape, dtype)])[0]
+
+    def call_function_results(self, symbol: str, text: str, operands, results) -> List[Tensor]:
+        """:meth:`call_function` with several results, each a ``(shape, dtype)``."""
         self.types.functions.setdefault(symbol, text)
-        dims = "x".join("?" if d is None else str(d) for d in shape)
+        dims = lambda shape: "x".join("?" if d is None else str(d) for d in shape)  # noqa: E731
         callee = self.ir.FlatSymbolRefAttr.get(symbol, self.types.context)
-        (res,) = self.op("func.call", operands, [f"tensor<{dims}x{dtype}>"], {"callee": callee})
-        return self.tensor_op("torch_c.from_builtin_tensor", [res], shape, dtype)
+        values = self.op("func.call", operands, [f"tensor<{dims(shape)}x{dtype}>" for shape, dtype in results], {"callee": callee})
+        return [self.tensor_op("torch_c.from_builtin_tensor", [v], shape, dtype) for v, (shape, dtype) in zip(values, results)]
 
     # -- scalar constants ---------------------------------------------------
     def _cached(self, key, make):

@@ -185,6 +185,29 @@ def test_decode_steps_take_the_kernel():
     assert "flow.dispatch @gqa_decode_attention" in dynamic
 
 
+# Growing caches of one batch row (a new present every step): the kernel writes present as it
+# reads the past; two blocks a KV head with rotary; head sinks; a sliding window.
+GROWING = [
+    GQAConfig(batch=1, seq=1, past=40, **HEADS),
+    GQAConfig(batch=1, seq=1, past=1030, num_heads=8, kv_num_heads=4, head_size=64, rotary=True),
+    GQAConfig(batch=1, seq=1, past=40, head_sink=True, **HEADS),
+    GQAConfig(batch=1, seq=1, past=30, window=8, **HEADS),
+]
+
+
+@pytest.mark.parametrize("cfg", GROWING, ids=lambda c: c.name)
+def test_growing_steps_write_present_in_the_kernel(cfg):
+    """No copy of the past into present outside the kernel (the write variant's dispatch returns
+    both presents), and every output against onnxruntime's kernel."""
+    text = lowered_text(cfg)
+    assert "_write_attend" in text and "tensor.insert_slice" not in text.split("stream.executable")[0]
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=4)
+    session = InferenceSession(model, backend="iree-cpu", threads=2)
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    problems = compare(cfg, got, run_onnxruntime(model, feeds), feeds)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("cfg,attention", [
     (GQAConfig(batch=1, seq=5, past=8, **HEADS), None),  # 20 grouped query rows: more than the kernel's 16
     (GQAConfig(batch=1, seq=1, past=8, attention_bias="B1", **HEADS), None),  # a bias per head: decomposed

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ...builder import Dim, Tensor, TorchBuilder
-from ...kernels.decode_attention import KernelShape, render, supported
+from ...kernels.decode_attention import KernelShape, render, supported, writes_fit
 
 # IREE's ONNX input pipeline asks every function for an opset; the kernel's has no ONNX op.
 _OPSET = 21
@@ -72,24 +72,47 @@ def visible_bias(tb: TorchBuilder, visible_BSR: Tensor, read_B1R: Optional[Tenso
 
 
 def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Tensor, value_BHkvRDh: Tensor,
-                           bias_BSR: Tensor, softcap: float = 0.0, sink_1HkvGS1: Optional[Tensor] = None) -> Tensor:
+                           bias_BSR: Tensor, softcap: float = 0.0, sink_1HkvGS1: Optional[Tensor] = None, write=None) -> Tensor:
     """Attention [B,Hkv,G*S,Dh] f32 of the scaled grouped rows (row g*S + s), each score (softcapped
     if ``softcap`` > 0) plus its query row's bias (f32 [B|1,S,R]; -inf only where the batch row
-    reads the key for no s), with a sink logit per grouped row (f32 [1,Hkv,G*S,1]) if given."""
+    reads the key for no s), with a sink logit per grouped row (f32 [1,Hkv,G*S,1]) if given.
+
+    ``write`` (a growing cache's CacheWrite, or None): K and V are the first R rows of its
+    present, which the kernel then writes from the past and the new rows as it reads them
+    (``write.made``), where the caches' shapes allow: one pass over the past instead of a copy
+    into present and a read of present."""
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
         key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
     B, Hkv, GS, Dh = q_BHkvGSDh.shape
     S = bias_BSR.shape[1]
-    shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S, softcap, sink_1HkvGS1 is not None)
+    writes = write is not None and _writable(write, q_BHkvGSDh, key_BHkvTDh, S)
+    shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S, softcap, sink_1HkvGS1 is not None, writes)
     symbol, text = render(shape, _OPSET)
     if bias_BSR.shape[0] != B:  # one for every batch row
         bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,R] -> [B,S,R]
-    kv_shape = (B, Hkv, shape.rows, Dh)
-    operands = [tb.builtin(q_BHkvGSDh), tb.builtin(key_BHkvTDh, kv_shape), tb.builtin(value_BHkvTDh, kv_shape),
-                tb.builtin(bias_BSR, (B, S, None))]
+    caches = (write.past_key, write.past_value, write.new_key, write.new_value) if writes else (key_BHkvTDh, value_BHkvTDh)
+    operands = [tb.builtin(q_BHkvGSDh)] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches[:2]]
+    operands += [tb.builtin(bias_BSR, (B, S, None))] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches[2:]]
     if sink_1HkvGS1 is not None:
         operands.append(tb.builtin(tb.flatten(tb.flatten(sink_1HkvGS1, 2, 3), 0, 1)))  # -> [Hkv,G*S]
     operands.append(tb.index(rows))
-    return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")
+    if not writes:
+        return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")
+    operands.append(tb.index(write.start))
+    present = ((B, Hkv, shape.rows, Dh), "f32")
+    attn, present_key, present_value = tb.call_function_results(symbol, text, operands, [(q_BHkvGSDh.shape, "f32"), present, present])
+    write.made = (present_key, present_value)  # [B,Hkv,T,Dh]
+    return attn
+
+
+def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:
+    """The kernel writes present itself: the rows read are the write's present's, f32 caches of
+    static rows, T = P + S."""
+    P, T = write.past_key.shape[2], present_BHkvTDh.shape[2]
+    tensors = (write.past_key, write.past_value, write.new_key, write.new_value)
+    GS, Dh = q_BHkvGSDh.shape[2:]
+    return (present_BHkvTDh.value == write.present_key.value and writes_fit(GS, Dh) and isinstance(P, int) and isinstance(T, int) and T == P + S and P > 0
+            and all(t.dtype == "f32" and t.shape[1:2] == present_BHkvTDh.shape[1:2] for t in tensors)
+            and write.new_key.shape[2] == S and write.new_value.shape[2] == S)

@@ -82,7 +82,7 @@ def step_results(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
     cache = update_cache(tb, b, attrs, ins, step, codec, key_BHkvSDh, value_BHkvSDh)  # kv_cache.py, window_cache.py
     attn_BHSDh, qk_BHSTt = attend(tb, b, attrs, ins, step, codec, cache, query_BHSDh)  # masks.py, attention.py
     output_BSD = tb.flatten(tb.transpose(attn_BHSDh, 1, 2), 2, 3)  # [B,H,S,Dh] -> [B,S,H,Dh] -> [B,S,H*Dh]
-    return [output_BSD, cache.present_key, cache.present_value, qk_BHSTt]
+    return [output_BSD, *cache.presents(), qk_BHSTt]  # the fused kernel's presents where it made the write
 
 
 def batch_of_one_apart(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
@@ -143,17 +143,19 @@ def attend(tb, b, attrs, ins, step, codec, cache: CacheStep, query_BHSDh):
     if cache.every_row_read:  # None: every row is read (attention.py, query_blocks.py)
         keys_read_B1R = values_read_B1R = None
     if b.options.attention != "sdpa" or needs_scores(attrs, ins) or codec.quantized:
-        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R)
+        return decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, values_read_B1R,
+                          cache.write)
     if keys_read_B1R is not None:  # SDPA's additive mask keeps a NaN score: unread K rows are zeroed too
         key_BHkvRDh = zero_unread_rows(tb, keys_read_B1R, key_BHkvRDh)
         value_BHkvRDh = zero_unread_rows(tb, values_read_B1R, value_BHkvRDh)
     return sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias), None
 
 
-def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R):
+def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, write=None):
     """attention.py's decomposed form by query length (query_blocks.py): a long causal prefill in
     blocks (unrolled for a static S, in a loop for a run-time S with prefill_loop=on), a run-time
-    S's decode row with static shapes; (attention [B,H,S,Dh], output_qk [B,H,S,Tt] or None)."""
+    S's decode row with static shapes; (attention [B,H,S,Dh], output_qk [B,H,S,Tt] or None).
+    ``write``: the growing cache's write, which the fused kernel may make (all S rows at once only)."""
     factors = (codec.factor(tb, "key"), codec.factor(tb, "value"))
     rows = (query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, read_B1R)
 
@@ -168,7 +170,7 @@ def decomposed(tb, b, attrs, ins, step, codec, query_BHSDh, key_BHkvRDh, value_B
             chunked = attend_chunks if b.options.device == "cpu" else None
             return looped_attention(inner, attend_block, step, *rows, chunked=chunked), None
         return decomposed_attention(inner, attrs, ins, step, query_BHSDh, key_BHkvRDh, value_BHkvRDh, visible_BSR, bias, read_B1R, factors,
-                                    b.options)
+                                    b.options, write if inner is tb else None)
 
     if can_block(attrs, step, key_BHkvRDh, bias):  # a long causal prefill, S static
         return blocked_attention(tb, attend_block, step, *rows), None

@@ -83,7 +83,7 @@ def sdpa_attention(tb, attrs, ins, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visi
 
 
 def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_BHkvTDh, visible_BST, bias, read_B1T, factors=(None, None),
-                         options=None):
+                         options=None, write=None):
     """Scores, softcap, bias, mask, (smooth) softmax and P.V on grouped queries, in f32; with
     attention=fused, a step of up to 16 grouped query rows (softcap and sinks included) in one
     dispatch, where takes_fused says so (fused_decode.py).
@@ -95,7 +95,8 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     so K/V are read once per KV head and never repeated; the softmax runs in
     that layout (common/grouped.py), where its scale and mask fuse into the Q.K^T
     matmul on iree-cpu.  Returns the attention [B,H,S,Dh] in the input dtype
-    and, with qk_output, output_qk [B,H,S,Tt].
+    and, with qk_output, output_qk [B,H,S,Tt].  ``write`` (inputs.CacheWrite, or None): a
+    growing cache's write, which the fused kernel then makes as it reads the rows (``write.made``).
     """
     dtype, Hkv, S = query_BHSDh.dtype, attrs.kv_num_heads, step.S
     G = attrs.num_heads // Hkv
@@ -104,7 +105,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
         q_BHkvGSDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # -> [B,Hkv,G*S,Dh]
         bias_BSR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,S,R]
         attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR, attrs.softcap,
-                                                            sink_logits(tb, attrs, ins, Hkv, S))
+                                                            sink_logits(tb, attrs, ins, Hkv, S), write)
         return ungrouped(tb, attn_BHkvGSDh, G, S), None  # -> [B,H,S,Dh]
     q_BHkvGSDh = grouped(tb, tb.to_dtype(query_BHSDh, "f32"), Hkv)  # [B,H,S,Dh] -> [B,Hkv,G*S,Dh]
     k, v = tb.to_dtype(key_BHkvTDh, "f32"), tb.to_dtype(value_BHkvTDh, "f32")

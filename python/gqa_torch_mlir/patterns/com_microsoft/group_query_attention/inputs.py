@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from ....builder import Dim, Tensor
 
@@ -46,6 +46,22 @@ class Step:
 
 
 @dataclass
+class CacheWrite:
+    """A growing cache's write, for the fused decode kernel to make while it reads the rows
+    (fused_decode.py): present [B,Hkv,P+S,Dc] is the past [B,Hkv,P,Dc] with rows [start,
+    start + S) the new ones [B,Hkv,S,Dc] (rows P.. otherwise 0).  ``made``: the kernel's presents,
+    which then replace the CacheStep's (built all the same, for every other form)."""
+
+    past_key: Tensor
+    past_value: Tensor
+    new_key: Tensor
+    new_value: Tensor
+    start: Dim
+    present_key: Tensor  # as built for the other forms: the kernel makes the write only where it reads this one
+    made: Optional[Tuple[Tensor, Tensor]] = None
+
+
+@dataclass
 class CacheStep:
     """The caches after the step, and the rows attention reads."""
 
@@ -58,3 +74,10 @@ class CacheStep:
     # Every read row is read by every batch row (one batch row, read on its rows [0, seqlens_k + 1)):
     # nothing to zero before P.V, and no count of the rows all batch rows read to read back.
     every_row_read: bool = False
+    write: Optional[CacheWrite] = None  # the write as a kernel may make it (a growing cache of one batch row)
+
+    def presents(self) -> Tuple[Tensor, Tensor]:
+        """(present_key, present_value): the fused kernel's where it made the write."""
+        if self.write is not None and self.write.made is not None:
+            return self.write.made
+        return self.present_key, self.present_value

@@ -8,7 +8,7 @@ from ....binder import OpBinder
 from ....builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ....registry import Refusal
 from .checks import checked_cache_rows
-from .inputs import CacheStep, GqaInputs, Step
+from .inputs import CacheStep, CacheWrite, GqaInputs, Step
 from .support import GqaAttributes
 
 
@@ -79,7 +79,10 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
-    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True)
+    write = None
+    if isinstance(growth, int) and growth > 0 and growth == step.S and isinstance(past_key.shape[2], int) and past_key.shape[2] > 0:
+        write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key)  # a growing cache: present a new buffer
+    return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, write=write)
 
 
 def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc):
