@@ -20,7 +20,10 @@ tensors.
     sink_HkvG  f32 [Hkv,G*S]  (KernelShape.sinks only) each grouped row's sink logit z: the
                softmax's denominator gains e^(z - m), m the row's maximum with z
 
-and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).  Each workgroup (block of SPLIT_ROWS key
+and returns the attention f32 [B,Hkv,G*S,Dh] (S: the step's query rows, 1 for a decode step).
+With KernelShape.writes (a growing cache, kernels/present_write.py) it takes the past
+[B,Hkv,P,Dh] as K and V, then the new rows [B,Hkv,S,Dh] after the bias and the first new
+row's index after n, and also returns both presents [B,Hkv,T,Dh], T = P + S.  Each workgroup (block of SPLIT_ROWS key
 rows, KV head, batch row) walks its rows in chunks of CHUNK_ROWS: the
 chunk's scores (each K row loaded once for the G query rows, plus its bias), an online
 softmax (running maximum and sum per query row, the accumulator rescaled when
@@ -40,6 +43,8 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
+from . import present_write
+
 CHUNK_ROWS = 8  # key rows per online-softmax step (8 read K/V fastest of 4-256: "CPU, round 14")
 SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV head for the workers to share
 # Workgroups (block, KV head, batch row), blocks first: IREE's local-task workers claim 8
@@ -48,7 +53,6 @@ SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV h
 # 3-row tails (a 4-token chunk at past 1023: no faster on 2 threads than on 1).
 MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
 HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
-NONTEMPORAL = True  # present rows (``writes``) stored past the caches: the kernel reads the staged copy
 
 
 @dataclass(frozen=True)
@@ -88,13 +92,9 @@ def supported(kv_heads: int, group: int, head_size: int) -> bool:
     return kv_heads >= 1 and 1 <= group <= MAX_GROUP and head_size in HEAD_SIZES
 
 
-STACK_BYTES = 32768  # IREE's llvm-cpu stack limit for a dispatch function
-
-
 def writes_fit(group: int, head_size: int) -> bool:
-    """Whether the write variant's stack arrays fit: the accumulators [G,Dh], the chunk's scores
-    [G,C] and its staged K and V rows [C,Dh] (G=16 with Dh=256 does not: its write stays a copy)."""
-    return 4 * (group * head_size + group * CHUNK_ROWS + 2 * CHUNK_ROWS * head_size) <= STACK_BYTES - 1024
+    """Whether the write variant fits IREE's stack (kernels/present_write.py)."""
+    return present_write.fits(group, head_size, CHUNK_ROWS)
 
 
 def _braces(names) -> str:
@@ -165,7 +165,7 @@ def _attend_body(s: KernelShape) -> str:
       %ACC = memref.alloca() : memref<{G}x{D}xf32>
       %S = memref.alloca() : memref<{G}x{C}xf32>"""]
     if s.writes:
-        lines.append(_write_bindings(s, m))
+        lines.append(present_write.bindings(s, m, CHUNK_ROWS))
     for g in range(G):  # the G query rows of the KV head, and their accumulators
         lines.append(f"""      %g{g} = arith.constant {g} : index
       %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {m.q}, vector<{D}xf32>
@@ -176,7 +176,7 @@ def _attend_body(s: KernelShape) -> str:
         %rem = arith.subi %hi, %c : index
         %{"wlen" if s.writes else "len"} = arith.minui %rem, %cC : index""")
     if s.writes:
-        lines.append(_chunk_written(s, m))
+        lines.append(present_write.chunk_written(s, m, CHUNK_ROWS))
     lines += [_chunk_scores(s, m), _chunk_softmax(s, m), _chunk_values(s, m)]
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
@@ -195,59 +195,6 @@ def _row_load(s: KernelShape, m: _Memrefs, name: str, cache: str) -> str:
     if s.writes:
         return f"{name} = vector.load %{cache}S[%j, %c0] : memref<{CHUNK_ROWS}x{D}xf32>, vector<{D}xf32>"
     return f"{name} = vector.load %{cache}[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"
-
-
-def _write_bindings(s: KernelShape, m: _Memrefs) -> str:
-    """The write's bindings (new rows, presents) and the chunk's staged K and V rows [C,Dh]."""
-    C, D = CHUNK_ROWS, s.head_size
-    return f"""      %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
-      %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}
-      %WK = stream.binding.subspan %wkb[%c0] : !stream.binding -> {m.present}{m.q_dims}
-      %WV = stream.binding.subspan %wvb[%c0] : !stream.binding -> {m.present}{m.q_dims}
-      %KS = memref.alloca() : memref<{C}x{D}xf32>
-      %VS = memref.alloca() : memref<{C}x{D}xf32>
-      %cP = arith.constant {s.past} : index
-      %cS = arith.constant {s.seq} : index"""
-
-
-def _chunk_written(s: KernelShape, m: _Memrefs) -> str:
-    """The chunk's ``%wlen`` present rows written (``writes``): row r is new row r - start when that
-    is in [0, S), else past row r when r < P, else 0; each staged for the chunk's reads too.  The
-    rows read are then the chunk's first rows below n: ``%len`` becomes their count."""
-    D, C = s.head_size, CHUNK_ROWS
-    nt = "<{nontemporal = true}> " if NONTEMPORAL else ""  # (the generic form: the custom one has no place for it)
-
-    def stored(k: str, v: str, pad: str) -> str:
-        return "\n".join(f'{pad}"vector.store"({x}, %W{c}, %b, %h, %r, %c0) {nt}: (vector<{D}xf32>, {m.present}, index, index, index, index) -> ()\n'
-                         f"{pad}vector.store {x}, %{c}S[%j, %c0] : memref<{C}x{D}xf32>, vector<{D}xf32>"
-                         for x, c in ((k, "K"), (v, "V")))
-
-    def loaded(cache: str, rows: str, row: str, pad: str) -> str:
-        return "\n".join(f"{pad}%{c.lower()}w = vector.load %{c if cache == 'past' else 'N' + c}[%b, %h, {row}, %c0] : {rows}, vector<{D}xf32>"
-                         for c in ("K", "V"))
-
-    p = " " * 12
-    return f"""        scf.for %j = %c0 to %wlen step %c1 {{
-          %r = arith.addi %c, %j : index
-          %rn = arith.subi %r, %start : index
-          %isnew = arith.cmpi ult, %rn, %cS : index
-          scf.if %isnew {{
-{loaded("new", m.new, "%rn", p)}
-{stored("%kw", "%vw", p)}
-          }} else {{
-            %inpast = arith.cmpi ult, %r, %cP : index
-            scf.if %inpast {{
-{loaded("past", m.kv, "%r", p + "  ")}
-{stored("%kw", "%vw", p + "  ")}
-            }} else {{
-{stored("%zv", "%zv", p + "  ")}
-            }}
-          }}
-        }}
-        %cend = arith.addi %c, %wlen : index
-        %rend = arith.minui %cend, %n : index
-        %rmax = arith.maxui %rend, %c : index
-        %len = arith.subi %rmax, %c : index"""
 
 
 def _attended_rows(m: _Memrefs, load: str) -> str:
