@@ -398,7 +398,7 @@ stream.executable private @{sym}_executable {{
 {_combine_body(s)}
   }}
 }}
-func.func private @{sym}(%q: {t_q}, {args}{sink_arg}, %n: index{extra and ", %start: index"}) -> {results} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
+func.func private @{sym}(%q: {t_q}, {args}{sink_arg}, %n: index{extra + ": index" if extra else ""}) -> {results} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index

@@ -108,11 +108,8 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
 
 
 def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:
-    """The kernel writes present itself: the rows read are the write's present's, f32 caches of
-    static rows, T = P + S."""
+    """The kernel writes present itself: the rows read are the write's present's (f32, as
+    ``applies`` asked), its stack arrays fit, and the rows are static with T = P + S, P > 0."""
     P, T = write.past_key.shape[2], present_BHkvTDh.shape[2]
-    tensors = (write.past_key, write.past_value, write.new_key, write.new_value)
-    GS, Dh = q_BHkvGSDh.shape[2:]
-    return (present_BHkvTDh.value == write.present_key.value and writes_fit(GS, Dh) and isinstance(P, int) and isinstance(T, int) and T == P + S and P > 0
-            and all(t.dtype == "f32" and t.shape[1:2] == present_BHkvTDh.shape[1:2] for t in tensors)
-            and write.new_key.shape[2] == S and write.new_value.shape[2] == S)
+    return (present_BHkvTDh.value == write.present_key.value and writes_fit(*q_BHkvGSDh.shape[2:])
+            and isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S)

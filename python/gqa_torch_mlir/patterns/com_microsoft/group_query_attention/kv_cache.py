@@ -80,8 +80,8 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
     write = None
-    if isinstance(growth, int) and growth > 0 and growth == step.S and isinstance(past_key.shape[2], int) and past_key.shape[2] > 0:
-        write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key)  # a growing cache: present a new buffer
+    if isinstance(growth, int) and growth > 0:  # a growing cache, present a new buffer (fused_decode.py decides who writes it)
+        write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key)
     return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, write=write)
 
 
