@@ -132,13 +132,17 @@ class InPlaceFeeds:
     def learnt(self, function: str) -> bool:
         return function in self._copied
 
+    def copied(self, function: str) -> Set[int]:
+        """The positions of ``function``'s arguments that are always copied (learnt on its first call)."""
+        return self._copied[function]
+
     def passed(self, function: str, args: Sequence) -> List:
         """``args`` with each one that may be read in place (a function already learnt) as its imported buffer."""
         copied = self._copied[function]
         self.staged_bytes = 0
-        return [a if i in copied else self._in_place(function, i, a) for i, a in enumerate(args)]
+        return [a if i in copied else self.in_place(function, i, a) for i, a in enumerate(args)]
 
-    def _in_place(self, function: str, i: int, a):
+    def in_place(self, function: str, i: int, a):
         """``a`` read in place: from its own memory, or copied into its staging array; else ``a``."""
         if readable_in_place(a):
             return self.imported(a)

@@ -23,6 +23,7 @@ import numpy as np
 from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
+from .fast_call import FastCalls
 from .host_import import InPlaceFeeds
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
@@ -134,6 +135,7 @@ class IreeCompiledModule:
         # device memory elsewhere.
         workers = 1 if threads == 1 else local_task_workers()
         self._in_place = InPlaceFeeds(self._device, copy_threads=workers or 1) if driver == "local" else None
+        self._fast = FastCalls(self) if driver == "local" else None  # once a function has run (fast_call.py)
 
     @property
     def device_name(self) -> str:
@@ -165,6 +167,9 @@ class IreeCompiledModule:
         A call the VM fails raises :class:`RuntimeInvocationError`: a failed
         run-time check with just its message (IREE stops at the first one).
         """
+        done = self._fast.call(function, args) if self._fast is not None else None
+        if done is not None:
+            return done
         results, residents = self._call(function, args)
         fed_back = [_fed_back(function, i, r, residents, self._want_dtype) for i, r in enumerate(results)]
         return tuple(self._host_result(function, i, r) if f is None else f for i, (r, f) in enumerate(zip(results, fed_back)))
@@ -201,6 +206,8 @@ class IreeCompiledModule:
             except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
                 raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
             results = results if isinstance(results, tuple) else (results,)
+            if self._fast is not None:
+                self._fast.learn(function, results)
             if learning:
                 self._in_place.learn(function, hosts, trial, list(results))
         return results, residents
@@ -348,6 +355,9 @@ class _ResidentArrays:
     def device_array_of(self, array):
         """The device array behind ``array``: a view handed out, or a whole-buffer view
         of one (the uint8 cache crosses as an int8 view of the same bytes)."""
+        entry = self._by_id.get(id(array))
+        if entry is not None and entry[0]() is array:  # the view handed out itself (a cache fed back)
+            return entry[1]
         view = array
         while isinstance(view, np.ndarray):
             entry = self._by_id.get(id(view))
