@@ -6,6 +6,7 @@
   runtime.py    IreeCompiledModule: a VM flatbuffer on an IREE device (needs only iree-base-runtime)
   host_import.py  large numpy feeds read in place on the CPU, unaligned ones from a staging copy (aligned_empty)
   fast_call.py  the lean path of a CPU call once a function has run (a decode step's fixed cost)
+  vm_results.py  what the VM hands back to both paths: a failed call's message, a result's element type
 
 The compiler's names are loaded on first use, so that a host with only the
 runtime (a GPU machine running a vmfb compiled elsewhere) imports runtime.py

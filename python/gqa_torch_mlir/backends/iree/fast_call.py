@@ -32,6 +32,7 @@ from iree.runtime.array_interop import map_dtype_to_element_type
 
 from ...errors import RuntimeInvocationError
 from .host_import import MIN_BYTES
+from .vm_results import as_dtype, vm_failure
 
 __all__ = ["FastCalls", "SMALL_RESULT_BYTES"]
 
@@ -77,9 +78,7 @@ class FastCalls:
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
             except RuntimeError as e:
-                from .runtime import _vm_failure
-
-                raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
+                raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
             refs = [(device_array._buffer_view.ref, host) for device_array, host in residents]
             return tuple(self._result(function, i, ret.get_as_object(i, ireert.HalBufferView), refs, want)
                          for i, want in enumerate(plan.wants))
@@ -146,9 +145,7 @@ class FastCalls:
             return m._host_result(function, i, ireert.DeviceArray(m._device, view))
         mapped = view.map().asarray(view.shape, _dtype_of(view.element_type))
         if want is not None and mapped.dtype != want:
-            from .runtime import _as_dtype
-
-            converted, shared = _as_dtype(mapped, want)
+            converted, shared = as_dtype(mapped, want)
             return np.array(converted) if shared else converted
         return np.array(mapped)
 

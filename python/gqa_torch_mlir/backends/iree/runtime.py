@@ -24,6 +24,7 @@ from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
 from .fast_call import FastCalls
+from .vm_results import as_dtype, vm_failure
 from .host_import import InPlaceFeeds
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
@@ -84,25 +85,6 @@ def _driver_device(driver: str):
             except (RuntimeError, ValueError) as e:
                 raise GqaTorchMlirError(f"IREE's {driver} driver has no device here: {str(e).strip().splitlines()[0]}") from None
         return _DRIVER_DEVICES[driver]
-
-
-_FAILED_CHECK = "FAILED_PRECONDITION; "
-
-
-def _vm_failure(report: str) -> str:
-    """The part of IREE's report on a failed call that is news to the user.
-
-    A failed ``cf.assert`` (one of our run-time checks) reads
-    ``Error invoking function: <vm>:0: FAILED_PRECONDITION; <message>; `` and
-    then a listing of the VM stack: the message alone is kept.  Any other
-    failure keeps the report's first line.
-    """
-    first_line = report.strip().split("\n", 1)[0].rstrip()
-    if _FAILED_CHECK in first_line:
-        message = first_line.split(_FAILED_CHECK, 1)[1].rstrip("; ")
-        if message:
-            return message
-    return first_line
 
 
 class IreeCompiledModule:
@@ -204,7 +186,7 @@ class IreeCompiledModule:
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
             except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
-                raise RuntimeInvocationError(f"@{function}: {_vm_failure(str(e))}") from e
+                raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
             results = results if isinstance(results, tuple) else (results,)
             if self._fast is not None:
                 self._fast.learn(function, results)
@@ -254,7 +236,7 @@ class IreeCompiledModule:
         # A mapping of the result's own device buffer, which the array keeps alive
         # (no copy on the CPU: fresh multi-MB host arrays cost page faults on every call).
         host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
-        host, shared = _as_dtype(host, self._want_dtype(function, i))
+        host, shared = as_dtype(host, self._want_dtype(function, i))
         if not shared:
             return host
         if hasattr(r, "to_host"):
@@ -284,15 +266,6 @@ def _fed_back(function: str, i: int, result, residents, want_dtype) -> Optional[
     return None
 
 
-def _as_dtype(host: np.ndarray, want: Optional[np.dtype]) -> Tuple[np.ndarray, bool]:
-    """``host`` as the ONNX output's dtype, and whether it still shares the result's memory."""
-    if want is None or host.dtype == want:
-        return host, True
-    if want.kind in "iu" and host.dtype.kind in "iu" and want.itemsize == host.dtype.itemsize:
-        return host.view(want), True  # signless integers (a uint8 cache comes back as int8): the same bytes
-    return host.astype(want), False  # IREE returns i1 as i8: a copy
-
-
 class DeviceValue:
     """A result kept in device memory (onnxruntime's OrtValue, for IREE): ``numpy()`` copies it to
     the host; fed to a later call of the same device, it is passed without an upload."""
@@ -303,7 +276,7 @@ class DeviceValue:
         self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(device_array.dtype)
 
     def numpy(self) -> np.ndarray:
-        return np.array(_as_dtype(np.asarray(self.device_array.to_host()), self.dtype)[0])
+        return np.array(as_dtype(np.asarray(self.device_array.to_host()), self.dtype)[0])
 
     def __repr__(self) -> str:
         return f"DeviceValue(shape={self.shape}, dtype={self.dtype})"
