@@ -1,0 +1,98 @@
+"""A decode step's fixed cost: a shared step over a past of 15 rows, where the attention is nothing.
+
+    .venv/bin/python benchmarks/call_overhead.py [--threads 1 2] [--repeats 200] [--past 15]
+
+On another x86 host (iree-base-runtime only), compile here for its CPU, run there:
+
+    .venv/bin/python benchmarks/call_overhead.py --prepare DIR --target-cpu sapphirerapids
+    PYTHONPATH=python python3 benchmarks/call_overhead.py --from DIR/sapphirerapids
+
+Times, alternately in one process, onnxruntime's step (IO binding, as
+decode_step.py's shared mode), ours through ``InferenceSession.run`` on its
+lean path (backends/iree/fast_call.py), ours on the general path (the lean
+one switched off), and our VM call alone (its arguments packed once: the
+dispatches and IREE's runtime, no Python of ours).  Warm: the calls back to
+back; cold: a 64 MiB read before each call, which leaves the interpreter's
+and the runtime's data out of the caches, as a model's other layers do.
+Prints medians and ratios to onnxruntime's.  Not a test: numbers depend on
+the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Callable, Dict
+
+import numpy as np
+
+from decode_step import add_host_options, compile_for_cpus, configs, cpu_model, ort_shared, ours, parse_host_options, vmfb_name
+from gqa_torch_mlir.session import _PlainFeeds
+from gqa_torch_mlir.testing.gqa_onnx import make_inputs, make_model
+
+
+def general_path(runner) -> None:
+    """Switch the runner's session to the general path (no quick feed check, no lean call)."""
+    sess = next(c.cell_contents for c in runner.run.__closure__ if type(c.cell_contents).__name__ == "InferenceSession")
+    plain = _PlainFeeds(sess._inputs, sess._outputs)
+    plain._specs = None
+    sess._plain, sess._compiled._fast = plain, None
+
+
+def vm_call(runner) -> Callable[[], None]:
+    """The runner's VM call alone, its arguments packed once by the lean path."""
+    from iree import runtime as ireert
+
+    sess = next(c.cell_contents for c in runner.run.__closure__ if type(c.cell_contents).__name__ == "InferenceSession")
+    step = next(c.cell_contents for c in runner.run.__closure__ if isinstance(c.cell_contents, dict))
+    compiled, fast = sess._compiled, sess._compiled._fast
+    args = [step[a.name] for a in sess.get_inputs()]
+    arg_list, _, _ = fast._arguments(sess._function, args)
+    plan = fast._plan(sess._function)
+    return lambda: compiled._context.invoke(plan.vm_function, arg_list, ireert.VmVariantList(plan.results))
+
+
+def measure(calls: Dict[str, Callable[[], object]], repeats: int, cold: bool) -> Dict[str, float]:
+    junk = np.ones(16 << 20, np.float32)  # 64 MiB
+    times = {k: [] for k in calls}
+    for _ in range(repeats):
+        for k, call in calls.items():
+            if cold:
+                junk.sum()
+            t = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--past", type=int, default=15)
+    add_host_options(parser)
+    args = parse_host_options(parser)
+    cfg = configs(args.past)["shared"]
+    model, feeds = make_model(cfg), make_inputs(cfg)
+    name = vmfb_name("shared", args.past)
+    if args.prepare:
+        compile_for_cpus(args.prepare, {name: model}, args.target_cpu)
+        return
+    vmfb = open(os.path.join(args.source, name), "rb").read() if args.source else None
+    print(f"machine: {cpu_model()}")
+    for threads in args.threads:
+        lean, general = (ours(model, feeds, threads, shared=True, vmfb=vmfb) for _ in range(2))
+        general_path(general)
+        calls = {"onnxruntime": ort_shared(model, feeds, threads).run, "ours, lean path": lean.run,
+                 "ours, general path": general.run, "ours, VM call alone": vm_call(lean)}
+        for cold in (False, True):
+            medians = measure(calls, args.repeats, cold)
+            print(f"\npast={args.past}, {threads} thread(s), {'cold (64 MiB read before each call)' if cold else 'warm'}:")
+            for k, t in medians.items():
+                print(f"  {k:22s} {t * 1e6:8.1f} us   {t / medians['onnxruntime']:5.2f}x onnxruntime")
+
+
+if __name__ == "__main__":
+    main()
