@@ -131,6 +131,7 @@ class InferenceSession:
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
+        self._plain = _PlainFeeds(self._inputs, self._outputs)  # run's quick check
         options = LoweringOptions.for_backend(backend, attention, prefill_loop)  # options.py: BACKEND_DEFAULTS
         self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
 
@@ -149,6 +150,7 @@ class InferenceSession:
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
+        self._plain = _PlainFeeds(self._inputs, self._outputs)  # run's quick check
         dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type)) for o in proto.graph.output]
         compiled = IreeCompiledModule(vmfb, "", dtypes, threads, share_buffers, IREE_TARGETS[backend].driver)
         if len(compiled.functions()) != 1:
@@ -179,8 +181,6 @@ class InferenceSession:
         return getattr(self._compiled, "uploaded_bytes", None)
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, np.ndarray], run_options=None) -> List[np.ndarray]:
-        if output_names is None and getattr(self, "_plain", None) is None:
-            self._plain = _PlainFeeds(self._inputs, self._outputs)
         args = self._plain.args(input_feed) if output_names is None else None
         if args is not None:  # every feed a numpy array as declared: the checks below would pass it as it is
             return self._plain.results(self._compiled.invoke(self._function, *args))

@@ -24,8 +24,8 @@ from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
 from .fast_call import FastCalls
-from .vm_results import as_dtype, vm_failure
 from .host_import import InPlaceFeeds
+from .vm_results import as_dtype, vm_failure
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
 
