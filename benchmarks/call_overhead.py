@@ -24,32 +24,39 @@ import argparse
 import os
 import statistics
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from decode_step import add_host_options, compile_for_cpus, configs, cpu_model, ort_shared, ours, parse_host_options, vmfb_name
-from gqa_torch_mlir.session import _PlainFeeds
+from decode_step import add_host_options, compile_for_cpus, configs, cpu_model, ort_shared, parse_host_options, vmfb_name
+from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import make_inputs, make_model
 
 
-def general_path(runner) -> None:
-    """Switch the runner's session to the general path (no quick feed check, no lean call)."""
-    sess = next(c.cell_contents for c in runner.run.__closure__ if type(c.cell_contents).__name__ == "InferenceSession")
-    plain = _PlainFeeds(sess._inputs, sess._outputs)
-    plain._specs = None
-    sess._plain, sess._compiled._fast = plain, None
+def shared_step(model, feeds, threads: int, vmfb: Optional[bytes]):
+    """(session, the step's feeds): the shared mode of decode_step.py, the caches fed back."""
+    if vmfb is None:
+        sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=True)
+    else:
+        sess = InferenceSession.from_vmfb(model, vmfb, "iree-cpu", threads=threads, share_buffers=True)
+    _, key, value = sess.run(None, feeds)
+    step = dict(feeds, past_key=key, past_value=value)
+    sess.run(None, step)  # the lean path's plan is learnt on the general path's first call
+    return sess, step
 
 
-def vm_call(runner) -> Callable[[], None]:
-    """The runner's VM call alone, its arguments packed once by the lean path."""
+def general_path(sess) -> None:
+    """Switch ``sess`` to the general path (no quick feed check, no lean call)."""
+    sess._plain._specs = None
+    sess._compiled._fast = None
+
+
+def vm_call(sess, step) -> Callable[[], None]:
+    """The session's VM call alone, its arguments packed once by the lean path."""
     from iree import runtime as ireert
 
-    sess = next(c.cell_contents for c in runner.run.__closure__ if type(c.cell_contents).__name__ == "InferenceSession")
-    step = next(c.cell_contents for c in runner.run.__closure__ if isinstance(c.cell_contents, dict))
     compiled, fast = sess._compiled, sess._compiled._fast
-    args = [step[a.name] for a in sess.get_inputs()]
-    arg_list, _, _ = fast._arguments(sess._function, args)
+    arg_list, _, _ = fast._arguments(sess._function, [step[a.name] for a in sess.get_inputs()])
     plan = fast._plan(sess._function)
     return lambda: compiled._context.invoke(plan.vm_function, arg_list, ireert.VmVariantList(plan.results))
 
@@ -83,10 +90,12 @@ def main() -> None:
     vmfb = open(os.path.join(args.source, name), "rb").read() if args.source else None
     print(f"machine: {cpu_model()}")
     for threads in args.threads:
-        lean, general = (ours(model, feeds, threads, shared=True, vmfb=vmfb) for _ in range(2))
+        (lean, lean_step), (general, general_step) = (shared_step(model, feeds, threads, vmfb) for _ in range(2))
         general_path(general)
-        calls = {"onnxruntime": ort_shared(model, feeds, threads).run, "ours, lean path": lean.run,
-                 "ours, general path": general.run, "ours, VM call alone": vm_call(lean)}
+        calls = {"onnxruntime": ort_shared(model, feeds, threads).run,
+                 "ours, lean path": lambda: lean.run(None, lean_step),
+                 "ours, general path": lambda: general.run(None, general_step),
+                 "ours, VM call alone": vm_call(lean, lean_step)}
         for cold in (False, True):
             medians = measure(calls, args.repeats, cold)
             print(f"\npast={args.past}, {threads} thread(s), {'cold (64 MiB read before each call)' if cold else 'warm'}:")
