@@ -171,6 +171,61 @@ def test_kernel_writes_present(shape, n, start):
     np.testing.assert_allclose(out, reference(q, want_k, want_v, bias), rtol=0, atol=2e-6)
 
 
+def compiled_lengths_kernel(shape: KernelShape) -> IreeCompiledModule:
+    """@f(q, k, v, mask, new_k, new_v, lens) -> (attention, present_k, present_v): the variant whose
+    first new row and rows read (``lens``, i64 [2]) stay on the device."""
+    symbol, text = render(shape, 21)
+    B, H, D = shape.batch, shape.kv_heads, shape.head_size
+    q, m = f"tensor<{_dims([B, H, shape.group, D])}xf32>", f"tensor<{_dims([B, shape.seq, None])}xf32>"
+    fed, new, kv = (f"tensor<{_dims([B, H, rows, D])}xf32>" for rows in (shape.past if shape.writes else shape.rows, shape.seq, shape.rows))
+    text += f"""
+func.func @f(%q: {q}, %k: {fed}, %v: {fed}, %m: {m}, %nk: {new}, %nv: {new}, %lens: tensor<2xi64>) -> ({q}, {kv}, {kv}) {{
+  %r:3 = func.call @{symbol}(%q, %k, %v, %m, %nk, %nv, %lens) : ({q}, {fed}, {fed}, {m}, {new}, {new}, tensor<2xi64>) -> ({q}, {kv}, {kv})
+  return %r#0, %r#1, %r#2 : {q}, {kv}, {kv}
+}}"""
+    vmfb = iree_compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="none",
+                                     extra_args=["--iree-llvmcpu-target-cpu=host"])
+    return IreeCompiledModule(vmfb, "f", [np.float32] * 3, threads=2)
+
+
+# (B, Hkv, G*S, Dh, T, S), writes, rows read n, first new row: a fixed-capacity buffer written in
+# place (one block; two blocks, the second not read; a short chunk), a growing cache (one block,
+# two), the first new row out of the cache (nothing written in place)
+LENGTHS = [
+    ((1, 8, 4, 128, 64, 1), False, 41, 40),
+    ((1, 2, 4, 64, SPLIT_ROWS + 40, 1), False, 300, 299),
+    ((1, 2, 6, 24, 33, 3), False, 20, 17),
+    ((1, 8, 4, 128, 1024, 1), True, 1024, 1023),
+    ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), True, SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
+    ((1, 2, 4, 64, 40, 1), False, 40, 40),
+]
+
+
+@pytest.mark.parametrize("shape,writes,n,start", LENGTHS,
+                         ids=lambda v: KernelShape(*v, writes=True).symbol() if isinstance(v, tuple) else str(v))
+def test_kernel_lengths_from_the_device(shape, writes, n, start):
+    """The lengths variant: the new rows at ``start`` (a fixed-capacity buffer's in place, the
+    others kept; a growing cache's present as the write variant makes it), and the attention over
+    the first n rows only, read off the device: rows past n hold NaN under a finite bias."""
+    s = KernelShape(*shape, writes=writes, lengths=True)
+    B, H, D, T, S = s.batch, s.kv_heads, s.head_size, s.rows, s.seq
+    rng = np.random.default_rng(n)
+    q = (rng.standard_normal((B, H, s.group, D)) / np.sqrt(D)).astype(np.float32)
+    rows_fed = T - S if writes else T
+    k, v = (rng.standard_normal((B, H, rows_fed, D)).astype(np.float32) for _ in range(2))
+    new_k, new_v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(2))
+    want_k, want_v = (np.concatenate([c, np.zeros((B, H, T - rows_fed, D), np.float32)], 2) for c in (k, v))
+    want_k[:, :, start:start + S], want_v[:, :, start:start + S] = new_k[:, :, :T - start], new_v[:, :, :T - start]
+    if not writes:  # rows past n: NaN (never read), kept as they are
+        k[:, :, max(n, start + S):], v[:, :, max(n, start + S):] = np.nan, np.nan
+        want_k[:, :, max(n, start + S):], want_v[:, :, max(n, start + S):] = np.nan, np.nan
+    bias = rng.standard_normal((B, S, T)).astype(np.float32)  # finite past n: n alone bounds the rows read
+    out, have_k, have_v = compiled_lengths_kernel(s).invoke("f", q, k, v, bias, new_k, new_v, np.array([start, n], np.int64))
+    np.testing.assert_array_equal(have_k, want_k)
+    np.testing.assert_array_equal(have_v, want_v)
+    np.testing.assert_allclose(out, reference(q, want_k, want_v, bias[:, :, :n]), rtol=0, atol=2e-6)
+
+
 def lowered_text(cfg: GQAConfig, attention=None) -> str:
     options = LoweringOptions.for_backend("iree-cpu", attention)
     return str(IreeCpuBackend(threads=1, options=options).lower(make_model(cfg)).module)
@@ -180,7 +235,9 @@ def test_decode_steps_take_the_kernel():
     """A decode step (static or run-time query length) dispatches the kernel, reading a
     fixed-capacity buffer in place (the whole buffer and the rows read, no slice of it)."""
     text = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, **HEADS))
-    assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_executable") == 2  # attend, combine
+    assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_executable") == 1  # attend: one block, no combine
+    two_blocks = lowered_text(GQAConfig(batch=1, seq=1, past=SPLIT_ROWS + 1, past_lens=(40,), fixed_capacity=True, **HEADS))
+    assert two_blocks.count(f"flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t{SPLIT_ROWS + 1}_executable") == 2  # attend, combine
     assert "torch.aten.matmul" not in text
     dynamic = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, dynamic=True, **HEADS))
     assert "flow.dispatch @gqa_decode_attention" in dynamic
@@ -199,12 +256,15 @@ GROWING = [
 @pytest.mark.parametrize("cfg", GROWING, ids=lambda c: c.name)
 def test_growing_steps_write_present_in_the_kernel(cfg, tmp_path):
     """The presents the step returns are the write variant's (the copy built for the other forms
-    is left dead, for IREE to drop), and every output against onnxruntime's kernel."""
-    filecheck(lowered_text(cfg), """
-        CHECK: %[[PART:.+]]:4 = flow.dispatch @{{.+}}_write_executable::@{{.+}}_write_attend
-        CHECK: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PART]]#2
-        CHECK: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PART]]#3
-        CHECK: return %{{.+}}, %[[PK]], %[[PV]] :
+    is left dead, for IREE to drop), and every output against onnxruntime's kernel.  The attend
+    dispatch's results: the attention and the presents (one block of rows a KV head), or the
+    blocks' partial results and the presents (several)."""
+    first = 1 if cfg.past + 1 <= SPLIT_ROWS else 2
+    filecheck(lowered_text(cfg), f"""
+        CHECK: %[[PART:.+]]:{first + 2} = flow.dispatch @{{{{.+}}}}_write_executable::@{{{{.+}}}}_write_attend
+        CHECK: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first}
+        CHECK: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first + 1}
+        CHECK: return %{{{{.+}}}}, %[[PK]], %[[PV]] :
         """, tmp_path)
     model, feeds = make_model(cfg), make_inputs(cfg, seed=4)
     session = InferenceSession(model, backend="iree-cpu", threads=2)

@@ -31,7 +31,8 @@ the maximum grows) and P.V (each V row loaded once).  A key row whose bias is
 -inf is skipped, so a NaN in an unread row never reaches the result (a NaN
 bias is not skipped: it makes the row's output NaN, as onnxruntime's).  A
 second dispatch combines the blocks' partial results (their maxima, sums and
-accumulators).  A row with no visible key gives zeros, as onnxruntime's.
+accumulators); a cache of at most SPLIT_ROWS static rows is one block, which the first
+dispatch normalises itself (KernelShape.single).  A row with no visible key gives zeros, as onnxruntime's.
 With KernelShape.softcap c > 0 each score is c * tanh(score / c) before its bias.
 The dot products and sums are reassociated per op (``fastmath<reassoc>``);
 nothing else in the module is.
@@ -66,6 +67,17 @@ class KernelShape:
     softcap: float = 0.0  # c > 0: each score c * tanh(score / c) (rounded to f32)
     sinks: bool = False  # a sink logit per grouped row (head_sink, or 0 for smooth_softmax)
     writes: bool = False  # a growing cache's write made while reading: present from past and new rows
+    # The first new row and the rows read come from the device (an i64 [2] tensor, clamped there):
+    # no host read of them mid-step.  T static; the new rows [B,Hkv,S,Dh] are written at the
+    # first new row, by the write variant (writes) or in place (``_put``, a fixed-capacity buffer).
+    lengths: bool = False
+
+    @property
+    def single(self) -> bool:
+        """One block of key rows a (KV head, batch row): T static, at most SPLIT_ROWS.  The attend
+        dispatch then normalises its rows itself, with no combine dispatch after it (on local-task
+        each dispatch of a step's chain costs its workers a wake-up: "CPU, round 18")."""
+        return self.rows is not None and self.rows <= SPLIT_ROWS
 
     @property
     def past(self) -> int:
@@ -78,8 +90,9 @@ class KernelShape:
         cap = f"_cap{_f32_hex(self.softcap)[2:]}" if self.softcap > 0 else ""
         sink = "_sink" if self.sinks else ""
         write = "_write" if self.writes else ""
+        lengths = "_dl" if self.lengths else ""
         return (f"gqa_decode_attention_b{d(self.batch)}_hkv{self.kv_heads}_g{self.group}{seq}_dh{self.head_size}"
-                f"_t{d(self.rows)}{cap}{sink}{write}")
+                f"_t{d(self.rows)}{cap}{sink}{write}{lengths}")
 
 
 def _f32_hex(value: float) -> str:
@@ -122,12 +135,12 @@ class _Memrefs:
         batch = ["%bsz"] if s.batch is None else []
         self.q_dims = _braces(batch)
         self.kv_dims = _braces(batch + (["%t"] if s.rows is None else []))
-        self.bias_dims = _braces(batch + ["%n"])
+        self.bias_dims = _braces(batch + ["%ncols" if s.lengths else "%n"])
         self.block_dims = _braces(batch + ["%ns"])
+        self.new = f"memref<{_dims([s.batch, s.kv_heads, s.seq, D])}xf32>"
+        self.present = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
         if s.writes:  # K/V read from the past [B,Hkv,P,Dh] and the new rows [B,Hkv,S,Dh]; present [B,Hkv,T,Dh] written
             self.kv = f"memref<{_dims([s.batch, s.kv_heads, s.past, D])}xf32>"
-            self.new = f"memref<{_dims([s.batch, s.kv_heads, s.seq, D])}xf32>"
-            self.present = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
             self.kv_dims = self.q_dims
 
 
@@ -139,9 +152,12 @@ def _attend_body(s: KernelShape) -> str:
            f"\n      %zcv = arith.constant dense<0.0> : vector<{C}xf32>") if s.softcap > 0 else ""
     new = ", %nkb: !stream.binding, %nvb: !stream.binding" if s.writes else ""  # bindings: operands, then results
     written = ", %wkb: !stream.binding, %wvb: !stream.binding" if s.writes else ""
-    start = ", %start: index" if s.writes else ""
-    lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding{new},
-                      %ob: !stream.binding, %lb: !stream.binding{written}, %n: index, %ns: index, %bsz: index, %t: index{start}) {{
+    start = ", %start: index" if s.writes and not s.lengths else ""
+    sink = ", %sb: !stream.binding" if s.single and s.sinks else ""
+    lengths = ", %nb: !stream.binding" if s.lengths else ""
+    out = "%rb: !stream.binding" if s.single else "%ob: !stream.binding, %lb: !stream.binding"
+    lines = [f"""    func.func @{s.symbol()}_attend(%qb: !stream.binding, %kb: !stream.binding, %vb: !stream.binding, %mb: !stream.binding{new}{sink}{lengths},
+                      {out}{written}, {"%ncols" if s.lengths else "%n"}: index, %ns: index, %bsz: index, %t: index{start}) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
       %cC = arith.constant {C} : index
@@ -156,8 +172,7 @@ def _attend_body(s: KernelShape) -> str:
       %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.kv}{m.kv_dims}
       %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.kv}{m.kv_dims}
       %M = stream.binding.subspan %mb[%c0] : !stream.binding -> {m.bias}{m.bias_dims}
-      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {m.acc}{m.block_dims}
-      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {m.ml}{m.block_dims}
+{_partial_bindings(s, m)}{_device_lengths(s)}
       %cR = arith.constant {SPLIT_ROWS} : index
       %lo = arith.muli %y, %cR : index
       %hi0 = arith.addi %lo, %cR : index
@@ -180,13 +195,102 @@ def _attend_body(s: KernelShape) -> str:
     lines += [_chunk_scores(s, m), _chunk_softmax(s, m), _chunk_values(s, m)]
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
-    for g in range(G):  # the block's partial results: unnormalised accumulator, maximum, sum
-        lines.append(f"""      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>
-      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {m.acc}, vector<{D}xf32>
+    for g in range(G):  # the block's partial results (accumulator, maximum, sum), or (single) its rows normalised
+        lines.append(f"      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>")
+        lines.append(_normalised_row(s, m, g) if s.single else f"""      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {m.acc}, vector<{D}xf32>
       memref.store %fin#{g}, %ML[%b, %h, %y, %c0, %g{g}] : {m.ml}
       memref.store %fin#{G + g}, %ML[%b, %h, %y, %c1, %g{g}] : {m.ml}""")
     lines.append("      return\n    }")
     return "\n".join(lines)
+
+
+def _device_lengths(s: KernelShape) -> str:
+    """(lengths) ``%start`` and ``%n`` (at most T) from the lengths binding."""
+    if not s.lengths:
+        return ""
+    return """
+      %LN = stream.binding.subspan %nb[%c0] : !stream.binding -> memref<2xi64>
+      %start64 = memref.load %LN[%c0] : memref<2xi64>
+      %n64 = memref.load %LN[%c1] : memref<2xi64>
+      %start = arith.index_cast %start64 : i64 to index
+      %nfed = arith.index_cast %n64 : i64 to index
+      %n = arith.minui %nfed, %t : index"""
+
+
+def _put_body(s: KernelShape) -> str:
+    """(lengths, no writes) The export ``_put``: the new rows [B,Hkv,S,Dh] of one (KV head, batch
+    row) written in place at rows [start, start + S) of K and V (tied: their own bindings), the
+    rows outside [0, T) skipped."""
+    m, D = _Memrefs(s), s.head_size
+    copies = "\n".join(f"""          %{c.lower()}r = vector.load %N{c}[%b, %h, %j, %c0] : {m.new}, vector<{D}xf32>
+          vector.store %{c.lower()}r, %{c}[%b, %h, %r, %c0] : {m.present}, vector<{D}xf32>""" for c in ("K", "V"))
+    return f"""    func.func @{s.symbol()}_put(%kb: !stream.binding, %vb: !stream.binding, %nkb: !stream.binding, %nvb: !stream.binding,
+                      %nb: !stream.binding, %bsz: index) {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %cS = arith.constant {s.seq} : index
+      %t = arith.constant {s.rows} : index
+      %h = stream.dispatch.workgroup.id[0] : index
+      %b = stream.dispatch.workgroup.id[2] : index
+      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.present}{m.q_dims}
+      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.present}{m.q_dims}
+      %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
+      %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}{_device_lengths(s)}
+      %inside = arith.cmpi ult, %start, %t : index
+      scf.if %inside {{
+        scf.for %j = %c0 to %cS step %c1 {{
+          %r = arith.addi %start, %j : index
+          %row = arith.cmpi ult, %r, %t : index
+          scf.if %row {{
+{copies}
+          }}
+        }}
+      }}
+      return
+    }}"""
+
+
+def _partial_bindings(s: KernelShape, m: _Memrefs) -> str:
+    """The attend dispatch's results: the blocks' partial results, or (single) the attention rows
+    (and the sink logits it reads)."""
+    if not s.single:
+        return f"""      %O = stream.binding.subspan %ob[%c0] : !stream.binding -> {m.acc}{m.block_dims}
+      %ML = stream.binding.subspan %lb[%c0] : !stream.binding -> {m.ml}{m.block_dims}"""
+    sink = f"\n      %SK = stream.binding.subspan %sb[%c0] : !stream.binding -> {m.sink}" if s.sinks else ""
+    return f"""      %R = stream.binding.subspan %rb[%c0] : !stream.binding -> {m.out}{m.q_dims}
+      %one = arith.constant 1.0 : f32{sink}"""
+
+
+def _normalised_row(s: KernelShape, m: _Memrefs, g: int) -> str:
+    """Grouped row g's result from the one block's accumulator ``%fa{g}``, maximum and sum: as
+    _combined_row with one block (the sink's share weighed against the block's maximum)."""
+    G, D = s.group, s.head_size
+    if not s.sinks:  # the block's weight e^(max - max) is 1 (an empty row: accumulator 0, sum 0)
+        den = f"%fin#{G + g}"
+        scaled = f"%fa{g}"
+        pre = ""
+    else:
+        den, scaled = f"%ndz{g}", f"%nfw{g}"
+        pre = f"""
+      %nsk{g} = memref.load %SK[%h, %g{g}] : {m.sink}
+      %nmz{g} = arith.maximumf %fin#{g}, %nsk{g} : f32
+      %nempty{g} = arith.cmpf oeq, %nmz{g}, %ninf : f32
+      %nms{g} = arith.select %nempty{g}, %zero, %nmz{g} : f32
+      %ndm{g} = arith.subf %fin#{g}, %nms{g} : f32
+      %nw{g} = math.exp %ndm{g} : f32
+      %nwb{g} = vector.broadcast %nw{g} : f32 to vector<{D}xf32>
+      %nfw{g} = arith.mulf %nwb{g}, %fa{g} : vector<{D}xf32>
+      %nwl{g} = arith.mulf %nw{g}, %fin#{G + g} : f32
+      %nzd{g} = arith.subf %nsk{g}, %nms{g} : f32
+      %nze{g} = math.exp %nzd{g} : f32
+      %ndz{g} = arith.addf %nwl{g}, %nze{g} : f32"""
+    return f"""{pre}
+      %nnone{g} = arith.cmpf oeq, {den}, %zero : f32
+      %nden{g} = arith.select %nnone{g}, %one, {den} : f32
+      %ninv{g} = arith.divf %one, %nden{g} : f32
+      %nib{g} = vector.broadcast %ninv{g} : f32 to vector<{D}xf32>
+      %nres{g} = arith.mulf {scaled}, %nib{g} : vector<{D}xf32>
+      vector.store %nres{g}, %R[%b, %h, %g{g}, %c0] : {m.out}, vector<{D}xf32>"""
 
 
 def _row_load(s: KernelShape, m: _Memrefs, name: str, cache: str) -> str:
@@ -357,60 +461,87 @@ def render(s: KernelShape, opset: int) -> tuple:
     (with ``torch.onnx_meta.opset_version = opset``, which IREE's ONNX input pipeline asks of
     every function)."""
     sym, G, D, Hkv = s.symbol(), s.group, s.head_size, s.kv_heads
-    B = "%bsz" if s.batch is None else f"%c{s.batch}"
     t_q = f"tensor<{_dims([s.batch, Hkv, G, D])}xf32>"
-    t_k = f"tensor<{_dims([s.batch, Hkv, s.rows, D])}xf32>"
+    t_k = f"tensor<{_dims([s.batch, Hkv, s.rows, D])}xf32>"  # the caches, or (writes) the presents
+    t_p = f"tensor<{_dims([s.batch, Hkv, s.past if s.writes else s.rows, D])}xf32>"  # K/V as fed
+    t_n = f"tensor<{_dims([s.batch, Hkv, s.seq, D])}xf32>"  # the new rows (writes, lengths)
     t_m = f"tensor<{_dims([s.batch, s.seq, None])}xf32>"
-    t_o = f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>"
-    t_l = f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>"
-    dyn = lambda *names: _braces([n for n in names if n])
+    t_s, t_len = f"tensor<{Hkv}x{G}xf32>", "tensor<2xi64>"
+    dyn = lambda *names: _braces([n for n in names if n])  # noqa: E731
     bd = "%bsz" if s.batch is None else ""
-    td = "%t" if s.rows is None else ""
-    t_s = f"tensor<{Hkv}x{G}xf32>"
-    sink_arg, sink_use, sink_type = (f", %sink: {t_s}", ", %sink", f", {t_s}") if s.sinks else ("", "", "")
-    blocks = "%n"  # the workgroups' rows: those read, or (writes) every present row
-    caches = [("%k", t_k, dyn(bd, td)), ("%v", t_k, dyn(bd, td))]
-    args, results, returned, extra = f"%k: {t_k}, %v: {t_k}, %mask: {t_m}", t_q, "%r : " + t_q, ""
-    if s.writes:  # past [B,Hkv,P,Dh], new rows [B,Hkv,S,Dh] in; presents [B,Hkv,T,Dh] out
-        t_p, t_n = (f"tensor<{_dims([s.batch, Hkv, rows, D])}xf32>" for rows in (s.past, s.seq))
-        caches = [(x, t, dyn(bd)) for x, t in (("%k", t_p), ("%v", t_p), ("%nk", t_n), ("%nv", t_n))]
-        args, blocks = f"%k: {t_p}, %v: {t_p}, %mask: {t_m}, %nk: {t_n}, %nv: {t_n}", "%t"
-        results, returned, extra = f"({t_q}, {t_k}, {t_k})", f"%r, %part#2, %part#3 : {t_q}, {t_k}, {t_k}", ", %start"
-    kv_values = ", ".join(x for x, _, _ in caches[:2])
-    new_values = "".join(f", {x}" for x, _, _ in caches[2:])
-    kv_types = ", ".join(f"{t}{d}" for _, t, d in caches[:2])
-    new_types = "".join(f", {t}{d}" for _, t, d in caches[2:])
-    outs = f"{t_o}{dyn(bd, '%ns')}, {t_l}{dyn(bd, '%ns')}" + (f", {t_k}{dyn(bd)}, {t_k}{dyn(bd)}" if s.writes else "")
+    kd = dyn(bd, "%t" if s.rows is None and not s.writes else "")
+    ncols = "%t" if s.lengths else "%n"  # the bias's columns: the rows read, or (lengths) all T
+    fed = [("%k", t_p, kd), ("%v", t_p, kd), ("%mask", t_m, dyn(bd, ncols))]
+    fed += [("%nk", t_n, dyn(bd)), ("%nv", t_n, dyn(bd))] if s.writes or s.lengths else []
+    fed += [("%sink", t_s, "")] if s.sinks else []
+    fed += [("%lens", t_len, "")] if s.lengths else [("%n", "index", "")] + ([("%start", "index", "")] if s.writes else [])
+    presents = s.writes or s.lengths  # the function also returns both presents
+    results = f"({t_q}, {t_k}, {t_k})" if presents else t_q
+    put, k, v = "", "%k", "%v"
+    if s.lengths and not s.writes:  # the new rows written in place first
+        put = (f"  %kv:2 = flow.dispatch @{sym}_executable::@{sym}_put[%bsz](%k, %v, %nk, %nv, %lens, %bsz)\n"
+               f"      : ({t_k}{kd}, {t_k}{kd}, {t_n}{dyn(bd)}, {t_n}{dyn(bd)}, {t_len}, index) -> (%k{kd}, %v{kd})\n")
+        k, v = "%kv#0", "%kv#1"
+    attend_in = [("%q", t_q, dyn(bd)), (k, t_p, kd), (v, t_p, kd), fed[2]] + (fed[3:5] if s.writes else [])
+    attend_in += [("%sink", t_s, "")] if s.single and s.sinks else []
+    attend_in += [("%lens", t_len, "")] if s.lengths else []
+    indices = [ncols, "%ns", "%bsz", "%t"] + (["%start"] if s.writes and not s.lengths else [])
+    written = [f"{t_k}{dyn(bd)}"] * 2 if s.writes else []
+    parts = [f"{t_q}{dyn(bd)}"] if s.single else [f"{t}{dyn(bd, '%ns')}" for t in (f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>",
+                                                                                 f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>")]
+    rows = "%t" if s.writes or s.lengths else "%n"  # the workgroups' rows: those read, or every present row
+    grid = "[%bsz]" if s.single else f"[{rows}, %bsz]"
+    call = (f"  %part:{len(parts) + len(written)} = flow.dispatch @{sym}_executable::@{sym}_attend{grid}"
+            f"({', '.join(x for x, _, _ in attend_in + [(i, 0, 0) for i in indices])})\n"
+            f"      : ({', '.join(t + d for _, t, d in attend_in)}, {', '.join(['index'] * len(indices))}) -> ({', '.join(parts + written)})\n")
+    attn = "%part#0"
+    if not s.single:
+        call += (f"  %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1{', %sink' if s.sinks else ''}, %ns, %bsz)\n"
+                 f"      : ({parts[0]}, {parts[1]}{', ' + t_s if s.sinks else ''}, index, index) -> {t_q}{dyn(bd)}\n")
+        attn = "%r"
+    first = len(parts)
+    returned = (f"{attn}, %part#{first}, %part#{first + 1}" if s.writes else f"{attn}, {k}, {v}" if s.lengths else attn)
+    returned += " : " + (f"{t_q}, {t_k}, {t_k}" if presents else t_q)
+    ns = "arith.constant 1 : index" if s.single else f"affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[{rows}]"
+    params = ", ".join(f"{x}: {t}" for x, t, _ in [("%q", t_q, "")] + fed)
     text = f"""
 stream.executable private @{sym}_executable {{
-  stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
-    %hkv = arith.constant {Hkv} : index
-    %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
-    stream.return %ns, %hkv, %bsz : index, index, index
-  }}
-  stream.executable.export public @{sym}_combine workgroups(%bsz: index) -> (index, index, index) {{
-    %hkv = arith.constant {Hkv} : index
-    %c1 = arith.constant 1 : index
-    stream.return %hkv, %c1, %bsz : index, index, index
-  }}
+{_exports(s)}
   builtin.module {{
-{_attend_body(s)}
-{_combine_body(s)}
+{_attend_body(s)}{"" if s.single else chr(10) + _combine_body(s)}{chr(10) + _put_body(s) if s.lengths and not s.writes else ""}
   }}
 }}
-func.func private @{sym}(%q: {t_q}, {args}{sink_arg}, %n: index{extra + ": index" if extra else ""}) -> {results} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
+func.func private @{sym}({params}) -> {results} attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %bsz = {"tensor.dim %q, %c0 : " + t_q if s.batch is None else f"arith.constant {s.batch} : index"}
   %t = {"tensor.dim %k, %c2 : " + t_k if s.rows is None else f"arith.constant {s.rows} : index"}
-  %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[{blocks}]
-  %part:{4 if s.writes else 2} = flow.dispatch @{sym}_executable::@{sym}_attend[{blocks}, %bsz](%q, {kv_values}, %mask{new_values}, %n, %ns, %bsz, %t{extra})
-      : ({t_q}{dyn(bd)}, {kv_types}, {t_m}{dyn(bd, "%n")}{new_types}, index, index, index, index{", index" if s.writes else ""})
-      -> ({outs})
-  %r = flow.dispatch @{sym}_executable::@{sym}_combine[%bsz](%part#0, %part#1{sink_use}, %ns, %bsz)
-      : ({t_o}{dyn(bd, "%ns")}, {t_l}{dyn(bd, "%ns")}{sink_type}, index, index) -> {t_q}{dyn(bd)}
-  return {returned}
+  %ns = {ns}
+{put}{call}  return {returned}
 }}
 """
     return sym, text
+
+
+def _exports(s: KernelShape) -> str:
+    """The executable's exports: attend (a workgroup a block of rows, KV head and batch row), and
+    combine (a workgroup a KV head and batch row) unless single, put (the same) with lengths."""
+    sym, Hkv = s.symbol(), s.kv_heads
+    per_head = "%hkv = arith.constant {h} : index\n    %c1 = arith.constant 1 : index\n    stream.return %hkv, %c1, %bsz : index, index, index"
+    if s.single:
+        attend = f"""  stream.executable.export public @{sym}_attend workgroups(%bsz: index) -> (index, index, index) {{
+    %hkv = arith.constant {Hkv} : index
+    %c1 = arith.constant 1 : index
+    stream.return %c1, %hkv, %bsz : index, index, index
+  }}"""
+    else:
+        attend = f"""  stream.executable.export public @{sym}_attend workgroups(%n: index, %bsz: index) -> (index, index, index) {{
+    %hkv = arith.constant {Hkv} : index
+    %ns = affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[%n]
+    stream.return %ns, %hkv, %bsz : index, index, index
+  }}"""
+    others = ([] if s.single else ["combine"]) + (["put"] if s.lengths and not s.writes else [])
+    return "\n".join([attend] + [f"""  stream.executable.export public @{sym}_{name} workgroups(%bsz: index) -> (index, index, index) {{
+    {per_head.format(h=Hkv)}
+  }}""" for name in others])
