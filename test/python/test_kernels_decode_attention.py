@@ -231,16 +231,26 @@ def lowered_text(cfg: GQAConfig, attention=None) -> str:
     return str(IreeCpuBackend(threads=1, options=options).lower(make_model(cfg)).module)
 
 
-def test_decode_steps_take_the_kernel():
-    """A decode step (static or run-time query length) dispatches the kernel, reading a
-    fixed-capacity buffer in place (the whole buffer and the rows read, no slice of it)."""
+def test_decode_steps_take_the_kernel(tmp_path):
+    """A decode step dispatches the kernel, reading a fixed-capacity buffer in place (the whole
+    buffer and the rows read, no slice of it).  Its sizes declared, the new row is written in
+    place by the kernel's put and the lengths stay on the device (``_dl``: an i64 [2] operand,
+    the presents the kernel's); a run-time query length or cache size takes the rows read from
+    the host."""
     text = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, **HEADS))
-    assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_executable") == 1  # attend: one block, no combine
-    two_blocks = lowered_text(GQAConfig(batch=1, seq=1, past=SPLIT_ROWS + 1, past_lens=(40,), fixed_capacity=True, **HEADS))
-    assert two_blocks.count(f"flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t{SPLIT_ROWS + 1}_executable") == 2  # attend, combine
+    filecheck(text, """
+        CHECK: %[[PUT:.+]]:2 = flow.dispatch @[[SYM:gqa_decode_attention_b1_hkv2_g4_dh64_t64_dl]]_executable::@[[SYM]]_put[{{.+}}](%[[K:.+]], %[[V:.+]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}) : ({{.+}}, tensor<2xi64>, index) -> (%[[K]], %[[V]])
+        CHECK: flow.dispatch @[[SYM]]_executable::@[[SYM]]_attend[{{.+}}](%{{.+}}, %[[PUT]]#0, %[[PUT]]#1,
+        CHECK-DAG: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PUT]]#0
+        CHECK-DAG: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PUT]]#1
+        CHECK: return %{{.+}}, %[[PK]], %[[PV]] :
+        """, tmp_path)
+    assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_dl_executable") == 2  # put, attend: one block, no combine
     assert "torch.aten.matmul" not in text
+    two_blocks = lowered_text(GQAConfig(batch=1, seq=1, past=SPLIT_ROWS + 1, past_lens=(40,), fixed_capacity=True, **HEADS))
+    assert two_blocks.count(f"flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t{SPLIT_ROWS + 1}_dl_executable") == 3  # and combine
     dynamic = lowered_text(GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, dynamic=True, **HEADS))
-    assert "flow.dispatch @gqa_decode_attention" in dynamic
+    assert "flow.dispatch @gqa_decode_attention" in dynamic and "_dl_executable" not in dynamic
 
 
 # Growing caches of one batch row (a new present every step): the kernel writes present as it
@@ -261,7 +271,7 @@ def test_growing_steps_write_present_in_the_kernel(cfg, tmp_path):
     blocks' partial results and the presents (several)."""
     first = 1 if cfg.past + 1 <= SPLIT_ROWS else 2
     filecheck(lowered_text(cfg), f"""
-        CHECK: %[[PART:.+]]:{first + 2} = flow.dispatch @{{{{.+}}}}_write_executable::@{{{{.+}}}}_write_attend
+        CHECK: %[[PART:.+]]:{first + 2} = flow.dispatch @{{{{.+}}}}_write_dl_executable::@{{{{.+}}}}_write_dl_attend
         CHECK: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first}
         CHECK: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first + 1}
         CHECK: return %{{{{.+}}}}, %[[PK]], %[[PV]] :

@@ -81,6 +81,8 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
     present, which the kernel then writes from the past and the new rows as it reads them
     (``write.made``), where the caches' shapes allow: one pass over the past instead of a copy
     into present and a read of present."""
+    if reads_lengths_on_device(write, q_BHkvGSDh, bias_BSR.shape[1]):
+        return _with_device_lengths(tb, q_BHkvGSDh, bias_BSR, softcap, sink_1HkvGS1, write)
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
@@ -102,6 +104,43 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
         return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")
     operands.append(tb.index(write.start))
     present = ((B, Hkv, shape.rows, Dh), "f32")
+    attn, present_key, present_value = tb.call_function_results(symbol, text, operands, [(q_BHkvGSDh.shape, "f32"), present, present])
+    write.made = (present_key, present_value)  # [B,Hkv,T,Dh]
+    return attn
+
+
+def reads_lengths_on_device(write, q_BHkvGSDh: Tensor, S) -> bool:
+    """The kernel makes ``write`` (inputs.CacheWrite) with its first new row and rows read taken on
+    the device (``write.lengths``), its bias then over all T rows (the caller's): static P, T and
+    S, f32 caches, and for a growing cache (T = P + S, P > 0) the write variant's stack arrays."""
+    if write is None or write.lengths is None:
+        return False
+    P, T = write.past_key.shape[2], write.present_key.shape[2]
+    if not (isinstance(P, int) and isinstance(T, int) and isinstance(S, int) and write.new_key.shape[2] == S):
+        return False
+    if any(c.dtype != "f32" for c in (write.past_key, write.past_value, write.new_key, write.new_value)):
+        return False
+    return T == P or (T == P + S and P > 0 and writes_fit(*q_BHkvGSDh.shape[2:]))
+
+
+def _with_device_lengths(tb: TorchBuilder, q_BHkvGSDh: Tensor, bias_BSR: Tensor, softcap: float,
+                         sink_1HkvGS1: Optional[Tensor], write) -> Tensor:
+    """The kernel's lengths variant: a fixed-capacity buffer's new rows written in place (T = P), or
+    a growing cache's present made while the past is read (T = P + S), the rows read and the
+    first new row read by the kernel from ``write.lengths``; ``bias_BSR`` over all T rows."""
+    B, Hkv, GS, Dh = q_BHkvGSDh.shape
+    S, P, T = bias_BSR.shape[1], write.past_key.shape[2], write.present_key.shape[2]
+    shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=T > P, lengths=True)
+    symbol, text = render(shape, _OPSET)
+    if bias_BSR.shape[0] != B:  # one for every batch row
+        bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,T] -> [B,S,T]
+    caches = (write.past_key, write.past_value)
+    operands = [tb.builtin(q_BHkvGSDh)] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches] + [tb.builtin(bias_BSR, (B, S, None))]
+    operands += [tb.builtin(c, (B,) + c.shape[1:]) for c in (write.new_key, write.new_value)]
+    if sink_1HkvGS1 is not None:
+        operands.append(tb.builtin(tb.flatten(tb.flatten(sink_1HkvGS1, 2, 3), 0, 1)))  # -> [Hkv,G*S]
+    operands.append(tb.builtin(write.lengths))
+    present = ((B, Hkv, T, Dh), "f32")
     attn, present_key, present_value = tb.call_function_results(symbol, text, operands, [(q_BHkvGSDh.shape, "f32"), present, present])
     write.made = (present_key, present_value)  # [B,Hkv,T,Dh]
     return attn

@@ -11,7 +11,7 @@ from ...common.attention import soft_cap, unless_empty
 from ...common.key_chunks import chunk, online_attention
 from ...common.grouped import grouped, grouped_per_head, grouped_sink, per_grouped_row, ungrouped
 from .inputs import GqaInputs, NEG_INF, Step
-from .masks import reads_a_prefix, zero_unread_rows
+from .masks import reads_a_prefix, visible_keys, zero_unread_rows
 from .positions import valid_query_rows
 from .support import GqaAttributes
 
@@ -103,6 +103,8 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     fused = options is not None and options.attention == "fused"
     if takes_fused(attrs, bias, factors) and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
         q_BHkvGSDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # -> [B,Hkv,G*S,Dh]
+        if fused_decode.reads_lengths_on_device(write, q_BHkvGSDh, S):  # the kernel reads the lengths: a bias over all T rows
+            visible_BST, read_B1T = keys_of_whole_cache(tb, attrs, step, write)
         bias_BSR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,S,R]
         attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR, attrs.softcap,
                                                             sink_logits(tb, attrs, ins, Hkv, S), write)
@@ -129,6 +131,15 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
         raw_BHST = tb.where_else_scalar(qk_written(tb, step, ins, tb.unsqueeze(visible_BST, 1)), raw_BHST, 0.0)
         qk = tb.to_dtype(qk_columns(tb, raw_BHST, step, ins), dtype)
     return tb.to_dtype(ungrouped(tb, attn_BHkvGSDh, G, S), dtype), qk  # -> [B,H,S,Dh]
+
+
+def keys_of_whole_cache(tb, attrs, step, write) -> Tuple[Tensor, Tensor]:
+    """(i1 [B,S,T] the keys each query row attends, i1 [1,1,T] the rows read) over all T rows of
+    the write's present, the rows read [0, R) with R on the device (``write.lengths``)."""
+    key_pos_T = tb.arange(write.present_key.shape[2])
+    last_read_1 = tb.add_scalar(tb.slice(write.lengths, 0, 1, 2), -1)  # [2] -> [1]: R - 1
+    read_11T = tb.unsqueeze(tb.unsqueeze(tb.le(key_pos_T, last_read_1), 0), 0)  # [T] -> [1,1,T]
+    return visible_keys(tb, step, attrs, key_pos_T), read_11T
 
 
 def takes_fused(attrs, bias, factors) -> bool:

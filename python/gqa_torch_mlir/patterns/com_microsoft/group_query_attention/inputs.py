@@ -47,10 +47,12 @@ class Step:
 
 @dataclass
 class CacheWrite:
-    """A growing cache's write, for the fused decode kernel to make while it reads the rows
-    (fused_decode.py): present [B,Hkv,P+S,Dc] is the past [B,Hkv,P,Dc] with rows [start,
-    start + S) the new ones [B,Hkv,S,Dc] (rows P.. otherwise 0).  ``made``: the kernel's presents,
-    which then replace the CacheStep's (built all the same, for every other form)."""
+    """The cache write of one batch row, for the fused decode kernel to make (fused_decode.py):
+    present [B,Hkv,T,Dc] is the past [B,Hkv,P,Dc] with rows [start, start + S) the new ones
+    [B,Hkv,S,Dc] (rows P.. otherwise 0): a growing cache (T = P + S), made while the kernel reads
+    the rows, or (``lengths`` only) a fixed-capacity buffer (T = P), written in place.  ``made``:
+    the kernel's presents, which then replace the CacheStep's (built all the same, for every
+    other form)."""
 
     past_key: Tensor
     past_value: Tensor
@@ -58,6 +60,9 @@ class CacheWrite:
     new_value: Tensor
     start: Dim
     present_key: Tensor  # as built for the other forms: the kernel makes the write only where it reads this one
+    # si64 [2]: the first new row and the rows read, clamped on the device (kv_cache.device_lengths),
+    # for the kernel to read there: no host read mid-step.  None: the sizes of the step are not static.
+    lengths: Optional[Tensor] = None
     made: Optional[Tuple[Tensor, Tensor]] = None
 
 

@@ -80,9 +80,24 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
     write = None
-    if isinstance(growth, int) and growth > 0:  # a growing cache, present a new buffer (fused_decode.py decides who writes it)
-        write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key)
+    if isinstance(growth, int):  # declared sizes (fused_decode.py decides who writes present, and how)
+        write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key,
+                           device_lengths(tb, step, past_key.shape[2], growth))
     return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, write=write)
+
+
+def device_lengths(tb: TorchBuilder, step: Step, P: Optional[int], growth: int) -> Optional[Tensor]:
+    """si64 [2], on the device: the first new row (past_len clamped to [0, T - S]) and the rows
+    read (seqlens_k + 1 clamped to [1, T]), as one_row_lengths computes them on the host, for a
+    static T = P + growth and S; None otherwise.  A kernel that reads them there needs no host
+    read mid-step: on local-task each one stops the step until its workers have run what it
+    needs, and wakes them again after (benchmarks/README.md, "CPU, round 18")."""
+    if not isinstance(P, int) or not isinstance(step.S, int):
+        return None
+    T = P + growth
+    start_1 = tb.clamp_int(step.past_len_B, 0, max(T - step.S, 0))  # si64 [1]
+    rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
+    return tb.cat([start_1, rows_1], 0)  # -> [2]
 
 
 def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc):
