@@ -20,7 +20,13 @@ first one in program order)::
 
 The conjunction is computed where its last check is, not at the end: IREE
 3.13 then fuses it into the step's first dispatches, where at the end it was
-one more command buffer after the attention, and one more wait for it.
+one more command buffer after the attention, and one more wait for it.  But
+IREE then reads it as soon as those dispatches are done, before the rest of
+the step is submitted: a wait mid-step, free only while the step read its
+row lengths there anyway.  With ``after_results`` (the CPU form, whose decode
+steps no longer read them: "CPU, round 18") the read conjunction also takes
+the first element of the function's first float result, in a test that is
+always true (NaN or not): one submission, one wait, at the end.
 
 Safe because no check guards memory: every data-dependent index a check
 covers is clamped into its buffer whatever the check says (safety.md).
@@ -41,17 +47,18 @@ ASSERT = "torch.runtime.assert"
 READ = "torch.aten.Bool.Tensor"
 
 
-def defer_runtime_checks(root, ir) -> int:
-    """Move the checks of every top-level function under ``root`` to its end; returns how many."""
+def defer_runtime_checks(root, ir, after_results: bool = False) -> int:
+    """Move the checks of every top-level function under ``root`` to its end; returns how many.
+    ``after_results``: their read waits for the function's results (:func:`_after_results`)."""
     types = TypeCache(ir, root.context)
     moved = 0
     for op in root.regions[0].blocks[0].operations:
         if op.operation.name == "func.func" and len(op.regions[0].blocks) == 1:
-            moved += _defer(op.operation.regions[0].blocks[0], ir, types)
+            moved += _defer(op.operation.regions[0].blocks[0], ir, types, after_results)
     return moved
 
 
-def _defer(block, ir, types: TypeCache) -> int:
+def _defer(block, ir, types: TypeCache, after_results: bool = False) -> int:
     joined_by_branch = []  # (the hoisted checks' If results, their conjunction's If result)
     for op in [op.operation for op in block.operations]:
         if op.name == "torch.prim.If":
@@ -73,7 +80,9 @@ def _defer(block, ir, types: TypeCache) -> int:
             check.move_before(ret)
         return len(on_tensors)
     joined = _conjunction(ops, _conjuncts([read.operands[0] for read, _ in on_tensors], joined_by_branch), ir, types, ret.location)
-    all_ok = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location).op(READ, [joined.value], ["!torch.bool"])[0]
+    at_end = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location)
+    read_last = _after_results(at_end, joined, ret) if after_results else joined
+    all_ok = at_end.op(READ, [read_last.value], ["!torch.bool"])[0]
     branch = ir.Operation.create("torch.prim.If", results=[], operands=[all_ok], regions=2, loc=ret.location, ip=ir.InsertionPoint(ret))
     ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[0].blocks.append()))
     end = ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[1].blocks.append()))
@@ -81,6 +90,34 @@ def _defer(block, ir, types: TypeCache) -> int:
         read.move_before(end)
         check.move_before(end)
     return len(on_tensors)
+
+
+def _after_results(tb: TorchBuilder, joined: Tensor, ret) -> Tensor:
+    """``joined`` made to depend on the function's first float result of static, nonzero size (its
+    first element is NaN or not: always true, but not to the compiler), so that IREE reads the
+    checks after the step's work, with its results.  Read as soon as their own dispatches were
+    done, they made the host wait for the device mid-step, once the row lengths were no longer
+    read there (benchmarks/README.md, "CPU, round 18"): on local-task a wait and a second
+    submission, each waking the workers.  ``joined`` as it is where no result qualifies."""
+    for value in ret.operands:
+        t = _static_float(value)
+        if t is not None:
+            first_1 = tb.slice(tb.flatten(t, 0, t.rank - 1) if t.rank > 1 else t, 0, 0, 1)  # -> [N] -> [1]
+            return tb.logical_and(joined, tb.logical_or(tb.le(first_1, first_1), tb.isnan(first_1)))  # [] and [1] -> [1]
+    return joined
+
+
+def _static_float(value):
+    """``value`` as a Tensor when it is a float vtensor of static, nonzero size with rank >= 1, else None."""
+    text = str(value.type)
+    if not text.startswith("!torch.vtensor<[") or "?" in text:
+        return None
+    dims, dtype = text[len("!torch.vtensor<["):].split("],")
+    dtype = dtype.rstrip(">")
+    shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    if dtype not in ("f32", "f16", "bf16", "f64") or not shape or 0 in shape:
+        return None
+    return Tensor(value, shape, dtype)
 
 
 def _conjuncts(values, joined_by_branch) -> list:

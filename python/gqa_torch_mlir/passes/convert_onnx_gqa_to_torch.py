@@ -154,7 +154,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     if defer_checks is None:
         defer_checks = options is not None and options.device == "gpu"
     if defer_checks and not refused:
-        defer_runtime_checks(root, ir)  # deferred_checks.py: one host read per call, at the end
+        after_results = options is not None and options.device == "cpu"  # (iree-cuda: not measured)
+        defer_runtime_checks(root, ir, after_results)  # deferred_checks.py: one host read per call, at the end
     return refused
 
 
