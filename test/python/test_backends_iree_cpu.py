@@ -312,8 +312,9 @@ def test_pass_runs_in_iree_bindings(tmp_path):
     assert context is lowered.session.context
     assert context.is_registered_operation("torch.aten.scatter.src")
     # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
-    # The run-time checks come after the attention (iree-cpu's fused decode kernel), read back once
-    # (deferred_checks.py); their conjunction is computed with them, before the attention.
+    # The run-time checks come after the attention (iree-cpu's fused decode kernel: one block of
+    # 8 rows, one dispatch), read back once (deferred_checks.py); their conjunction is computed with
+    # them, before the attention, and tied to the output's first element after it (after_results).
     filecheck(
         lowered.asm(),
         f"""\
@@ -322,9 +323,12 @@ def test_pass_runs_in_iree_bindings(tmp_path):
         CHECK: = torch.aten.scatter.src %
         CHECK: = torch.aten.scatter.src %
         CHECK: flow.dispatch @gqa_decode_attention_b2_hkv2_g2_dh16_t8_executable::
-        CHECK: flow.dispatch @gqa_decode_attention_b2_hkv2_g2_dh16_t8_executable::
+        CHECK-NOT: flow.dispatch @gqa_decode_attention
         CHECK-NOT: torch.runtime.assert
+        CHECK: torch.aten.isnan
+        CHECK: %[[TIED:.+]] = torch.aten.logical_and
         CHECK-NOT: torch.aten.logical_and
+        CHECK: torch.aten.Bool.Tensor %[[TIED]]
         CHECK: torch.prim.If
         CHECK: torch.runtime.assert
         CHECK-NOT: onnx.GroupQueryAttention
