@@ -30,7 +30,8 @@ class LoweringOptions:
     attention: str = "decomposed"
     # What the code is shaped for:
     #   cpu  the new cache rows scattered; a fixed-capacity buffer read on its
-    #        rows [0, max(seqlens_k) + 1) only (a length read back mid-step)
+    #        rows [0, max(seqlens_k) + 1) only (a length read back mid-step,
+    #        or read by the fused kernel on the device where sizes are declared)
     #   gpu  the cache written by a select over its rows (IREE's GPU scatter
     #        runs on one thread); every row read, masked: no host readback
     device: str = "cpu"
