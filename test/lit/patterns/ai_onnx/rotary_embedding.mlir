@@ -1,6 +1,7 @@
 // The standard RotaryEmbedding (opset 23): a 3-D input split into heads, cos/sin rows
 // gathered at the checked (and clamped) position_ids, the first rotary_embedding_dim
-// dims rotated as halves, the rest passed through, the heads merged back.
+// dims rotated as halves (a dim of 2, swapped by a flip), the rest passed through, the heads
+// merged back.
 // RUN: gqa-torch-mlir-opt --split-input-file --convert-onnx-gqa-to-torch %s | FileCheck %s
 
 // CHECK-LABEL: func.func @rotary_3d_partial
@@ -9,11 +10,12 @@
 // CHECK:         %[[POS:.+]] = torch.aten.clamp %arg3
 // CHECK:         %[[COS:.+]] = torch.aten.index.Tensor %arg1, {{.+}} -> !torch.vtensor<[1,3,4],f32>
 // CHECK:         %[[SIN:.+]] = torch.aten.index.Tensor %arg2, {{.+}} -> !torch.vtensor<[1,3,4],f32>
-// CHECK:         %[[X1:.+]] = torch.aten.slice.Tensor %[[X]], %int3, %int0, %int4, %int1
-// CHECK:         %[[X2:.+]] = torch.aten.slice.Tensor %[[X]], %int3, %int4, %int8, %int1
-// CHECK:         torch.aten.sub.Tensor
-// CHECK:         torch.aten.add.Tensor
-// CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,3,8],f32>
+// CHECK:         %[[R:.+]] = torch.aten.slice.Tensor %[[X]], %int3, %int0, %int8, %int1
+// CHECK:         %[[HALVES:.+]] = torch.aten.unflatten.int %[[R]], %int3, {{.+}} -> !torch.vtensor<[1,2,3,2,4],f32>
+// CHECK:         %[[SWAPPED:.+]] = torch.aten.flip %[[HALVES]], {{.+}} -> !torch.vtensor<[1,2,3,2,4],f32>
+// CHECK:         torch.aten.mul.Tensor %[[SWAPPED]], {{.+}} : !torch.vtensor<[1,2,3,2,4],f32>, !torch.vtensor<[2,1],f32>
+// CHECK:         torch.aten.add.Tensor {{.+}} -> !torch.vtensor<[1,2,3,2,4],f32>
+// CHECK:         torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,2,3,8],f32>
 // CHECK:         torch.aten.slice.Tensor %[[X]], %int3, %int8, %int16, %int1
 // CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[1,2,3,16],f32>
 // CHECK:         %[[Y:.+]] = torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[1,3,32],f32>

@@ -110,8 +110,8 @@ func.func @prefill(%q: !torch.vtensor<[1,7,64],f32>, %k: !torch.vtensor<[1,7,64]
 // CHECK:         %[[POS_LIST:.+]] = torch.prim.ListConstruct %[[ROPE_POS]] : (!torch.vtensor<[2,3],si64>) -> !torch.list<optional<vtensor>>
 // CHECK:         %[[COS:.+]] = torch.aten.index.Tensor %arg7, %[[POS_LIST]] : !torch.vtensor<[32,8],f32>, !torch.list<optional<vtensor>> -> !torch.vtensor<[2,3,8],f32>
 // CHECK:         torch.aten.index.Tensor %arg8, {{.+}} -> !torch.vtensor<[2,3,8],f32>
-// CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[2,4,3,16],f32>
-// CHECK:         torch.aten.cat {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
+// CHECK:         torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[2,4,3,16],f32>
+// CHECK:         torch.aten.flatten.using_ints {{.+}} -> !torch.vtensor<[2,2,3,16],f32>
 // CHECK-NOT:     torch.aten.index.Tensor
 // CHECK:         return
 func.func @position_ids_rotary(%q: !torch.vtensor<[2,3,64],f32>, %k: !torch.vtensor<[2,3,32],f32>, %v: !torch.vtensor<[2,3,32],f32>, %pk: !torch.vtensor<[2,2,5,16],f32>, %pv: !torch.vtensor<[2,2,5,16],f32>, %sk: !torch.vtensor<[2],si32>, %tot: !torch.vtensor<[],si32>, %cos: !torch.vtensor<[32,8],f32>, %sin: !torch.vtensor<[32,8],f32>) -> (!torch.vtensor<[2,3,64],f32>, !torch.vtensor<[2,2,8,16],f32>, !torch.vtensor<[2,2,8,16],f32>) attributes {torch.onnx_meta.opset_version = 17 : si64, torch.onnx_meta.opset_versions = {com.microsoft = 1 : si64}} {
