@@ -253,6 +253,23 @@ def test_decode_steps_take_the_kernel(tmp_path):
     assert "flow.dispatch @gqa_decode_attention" in dynamic and "_dl_executable" not in dynamic
 
 
+@pytest.mark.parametrize("seqlens_k", [-5, 64, 1000])
+def test_failed_shared_step_leaves_the_buffer(seqlens_k):
+    """The checks are read at the end of the step, after the kernel ran: where the new row does not
+    fit the buffer (past_len outside [0, T - S]), the lengths variant writes none, so a
+    fixed-capacity buffer fed in place is as it was (a row clamped into it would overwrite valid
+    rows), and the call fails naming the broken rule."""
+    cfg = GQAConfig(batch=1, seq=1, past=64, past_lens=(40,), fixed_capacity=True, **HEADS)
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=4)
+    session = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    _, key, value = session.run(None, feeds)
+    key_before, value_before = np.array(key), np.array(value)
+    with pytest.raises(Exception, match="seqlens_k|total_sequence_length"):
+        session.run(None, dict(feeds, past_key=key, past_value=value, seqlens_k=np.array([seqlens_k], np.int32)))
+    np.testing.assert_array_equal(np.asarray(key), key_before)
+    np.testing.assert_array_equal(np.asarray(value), value_before)
+
+
 # Growing caches of one batch row (a new present every step): the kernel writes present as it
 # reads the past; two blocks a KV head with rotary; head sinks; a sliding window.
 GROWING = [

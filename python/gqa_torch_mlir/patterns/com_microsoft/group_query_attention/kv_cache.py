@@ -87,15 +87,21 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
 
 
 def device_lengths(tb: TorchBuilder, step: Step, P: Optional[int], growth: int) -> Optional[Tensor]:
-    """si64 [2], on the device: the first new row (past_len clamped to [0, T - S]) and the rows
-    read (seqlens_k + 1 clamped to [1, T]), as one_row_lengths computes them on the host, for a
-    static T = P + growth and S; None otherwise.  A kernel that reads them there needs no host
-    read mid-step: on local-task each one stops the step until its workers have run what it
-    needs, and wakes them again after (benchmarks/README.md, "CPU, round 18")."""
+    """si64 [2], on the device: the first new row and the rows read (seqlens_k + 1 clamped to
+    [1, T], as one_row_lengths computes them on the host), for a static T = P + growth and S;
+    None otherwise.  A kernel that reads them there needs no host read mid-step: on local-task
+    each one stops the step until its workers have run what it needs, and wakes them again after
+    (benchmarks/README.md, "CPU, round 18").
+
+    The first new row is past_len when the new rows fit, [past_len, past_len + S) in [0, T), else
+    T: the kernel then writes no new row.  The run-time checks are read at the end of the step
+    (deferred_checks.py), so a step that fails them has run: where the host read clamped the row
+    into the buffer, this one leaves a fixed-capacity buffer fed in place as it was."""
     if not isinstance(P, int) or not isinstance(step.S, int):
         return None
     T = P + growth
-    start_1 = tb.clamp_int(step.past_len_B, 0, max(T - step.S, 0))  # si64 [1]
+    outside_1 = tb.logical_not(tb.in_range(step.past_len_B, 0, T - step.S))  # i1 [1]
+    start_1 = tb.where_scalar_else(outside_1, T, step.past_len_B)  # si64 [1]
     rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
     return tb.cat([start_1, rows_1], 0)  # -> [2]
 
