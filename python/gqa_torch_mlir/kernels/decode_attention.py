@@ -528,7 +528,8 @@ def _exports(s: KernelShape) -> str:
     """The executable's exports: attend (a workgroup a block of rows, KV head and batch row), and
     combine (a workgroup a KV head and batch row) unless single, put (the same) with lengths."""
     sym, Hkv = s.symbol(), s.kv_heads
-    per_head = "%hkv = arith.constant {h} : index\n    %c1 = arith.constant 1 : index\n    stream.return %hkv, %c1, %bsz : index, index, index"
+    per_head = (f"%hkv = arith.constant {Hkv} : index\n    %c1 = arith.constant 1 : index\n"
+                "    stream.return %hkv, %c1, %bsz : index, index, index")
     if s.single:
         attend = f"""  stream.executable.export public @{sym}_attend workgroups(%bsz: index) -> (index, index, index) {{
     %hkv = arith.constant {Hkv} : index
@@ -543,5 +544,5 @@ def _exports(s: KernelShape) -> str:
   }}"""
     others = ([] if s.single else ["combine"]) + (["put"] if s.lengths and not s.writes else [])
     return "\n".join([attend] + [f"""  stream.executable.export public @{sym}_{name} workgroups(%bsz: index) -> (index, index, index) {{
-    {per_head.format(h=Hkv)}
+    {per_head}
   }}""" for name in others])
