@@ -41,7 +41,7 @@ branches in branches) stay where they are.
 
 from __future__ import annotations
 
-from .builder import Tensor, TorchBuilder, TypeCache
+from .builder import Tensor, TorchBuilder, TypeCache, parse_vtensor_type
 
 ASSERT = "torch.runtime.assert"
 READ = "torch.aten.Bool.Tensor"
@@ -109,13 +109,11 @@ def _after_results(tb: TorchBuilder, joined: Tensor, ret) -> Tensor:
 
 def _static_float(value):
     """``value`` as a Tensor when it is a float vtensor of static, nonzero size with rank >= 1, else None."""
-    text = str(value.type)
-    if not text.startswith("!torch.vtensor<[") or "?" in text:
+    parsed = parse_vtensor_type(str(value.type))
+    if parsed is None:
         return None
-    dims, dtype = text[len("!torch.vtensor<["):].split("],")
-    dtype = dtype.rstrip(">")
-    shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-    if dtype not in ("f32", "f16", "bf16", "f64") or not shape or 0 in shape:
+    shape, dtype = parsed
+    if dtype not in ("f32", "f16", "bf16", "f64") or not shape or None in shape or 0 in shape:
         return None
     return Tensor(value, shape, dtype)
 
