@@ -77,32 +77,47 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
     if ``softcap`` > 0) plus its query row's bias (f32 [B|1,S,R]; -inf only where the batch row
     reads the key for no s), with a sink logit per grouped row (f32 [1,Hkv,G*S,1]) if given.
 
-    ``write`` (a growing cache's CacheWrite, or None): K and V are the first R rows of its
-    present, which the kernel then writes from the past and the new rows as it reads them
-    (``write.made``), where the caches' shapes allow: one pass over the past instead of a copy
-    into present and a read of present."""
-    if reads_lengths_on_device(write, q_BHkvGSDh, bias_BSR.shape[1]):
-        return _with_device_lengths(tb, q_BHkvGSDh, bias_BSR, softcap, sink_1HkvGS1, write)
+    ``write`` (the CacheWrite of one batch row, or None): with its lengths on the device
+    (reads_lengths_on_device; ``bias_BSR`` then over all T rows) the kernel reads them there and
+    makes the write, in place or as a growing cache's present; else, for a growing cache, K and V
+    are the first R rows of its present, which the kernel then writes from the past and the new
+    rows as it reads them, where the caches' shapes allow: one pass over the past instead of a
+    copy into present and a read of present.  Either way ``write.made`` holds the presents."""
+    B, Hkv, GS, Dh = q_BHkvGSDh.shape
+    S = bias_BSR.shape[1]
+    if reads_lengths_on_device(write, q_BHkvGSDh, S):  # bias_BSR over all T rows (the caller's)
+        P, T = write.past_key.shape[2], write.present_key.shape[2]
+        shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=T > P, lengths=True)
+        return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, write, [tb.builtin(write.lengths)])
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
         key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
-    B, Hkv, GS, Dh = q_BHkvGSDh.shape
-    S = bias_BSR.shape[1]
     writes = write is not None and _writable(write, q_BHkvGSDh, key_BHkvTDh, S)
     shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S, softcap, sink_1HkvGS1 is not None, writes)
+    if writes:
+        return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, write, [tb.index(rows), tb.index(write.start)])
+    return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, None, [tb.index(rows)], (key_BHkvTDh, value_BHkvTDh))
+
+
+def _call_kernel(tb: TorchBuilder, shape: KernelShape, q_BHkvGSDh: Tensor, bias_BSR: Tensor, sink_1HkvGS1: Optional[Tensor],
+                 write, tail: list, caches=None) -> Tensor:
+    """The kernel's function called on q, the caches (``write``'s past and new rows when it makes
+    the write, else ``caches``), the bias, the sinks and ``tail`` (its sizes as operands); the
+    attention [B,Hkv,G*S,Dh], with ``write.made`` set to the presents it returns."""
+    B, Hkv, _, Dh = q_BHkvGSDh.shape
+    S = bias_BSR.shape[1]
     symbol, text = render(shape, _OPSET)
     if bias_BSR.shape[0] != B:  # one for every batch row
         bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,R] -> [B,S,R]
-    caches = (write.past_key, write.past_value, write.new_key, write.new_value) if writes else (key_BHkvTDh, value_BHkvTDh)
-    operands = [tb.builtin(q_BHkvGSDh)] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches[:2]]
-    operands += [tb.builtin(bias_BSR, (B, S, None))] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches[2:]]
+    past, new = ((write.past_key, write.past_value), (write.new_key, write.new_value)) if write is not None else (caches, ())
+    operands = [tb.builtin(q_BHkvGSDh)] + [tb.builtin(c, (B,) + c.shape[1:]) for c in past]
+    operands += [tb.builtin(bias_BSR, (B, S, None))] + [tb.builtin(c, (B,) + c.shape[1:]) for c in new]
     if sink_1HkvGS1 is not None:
         operands.append(tb.builtin(tb.flatten(tb.flatten(sink_1HkvGS1, 2, 3), 0, 1)))  # -> [Hkv,G*S]
-    operands.append(tb.index(rows))
-    if not writes:
+    operands += tail
+    if write is None:
         return tb.call_function(symbol, text, operands, q_BHkvGSDh.shape, "f32")
-    operands.append(tb.index(write.start))
     present = ((B, Hkv, shape.rows, Dh), "f32")
     attn, present_key, present_value = tb.call_function_results(symbol, text, operands, [(q_BHkvGSDh.shape, "f32"), present, present])
     write.made = (present_key, present_value)  # [B,Hkv,T,Dh]
@@ -121,29 +136,6 @@ def reads_lengths_on_device(write, q_BHkvGSDh: Tensor, S) -> bool:
     if any(c.dtype != "f32" for c in (write.past_key, write.past_value, write.new_key, write.new_value)):
         return False
     return T == P or (T == P + S and P > 0 and writes_fit(*q_BHkvGSDh.shape[2:]))
-
-
-def _with_device_lengths(tb: TorchBuilder, q_BHkvGSDh: Tensor, bias_BSR: Tensor, softcap: float,
-                         sink_1HkvGS1: Optional[Tensor], write) -> Tensor:
-    """The kernel's lengths variant: a fixed-capacity buffer's new rows written in place (T = P), or
-    a growing cache's present made while the past is read (T = P + S), the rows read and the
-    first new row read by the kernel from ``write.lengths``; ``bias_BSR`` over all T rows."""
-    B, Hkv, GS, Dh = q_BHkvGSDh.shape
-    S, P, T = bias_BSR.shape[1], write.past_key.shape[2], write.present_key.shape[2]
-    shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=T > P, lengths=True)
-    symbol, text = render(shape, _OPSET)
-    if bias_BSR.shape[0] != B:  # one for every batch row
-        bias_BSR = tb.expand(bias_BSR, [tb.size(q_BHkvGSDh, 0), -1, -1])  # [1,S,T] -> [B,S,T]
-    caches = (write.past_key, write.past_value)
-    operands = [tb.builtin(q_BHkvGSDh)] + [tb.builtin(c, (B,) + c.shape[1:]) for c in caches] + [tb.builtin(bias_BSR, (B, S, None))]
-    operands += [tb.builtin(c, (B,) + c.shape[1:]) for c in (write.new_key, write.new_value)]
-    if sink_1HkvGS1 is not None:
-        operands.append(tb.builtin(tb.flatten(tb.flatten(sink_1HkvGS1, 2, 3), 0, 1)))  # -> [Hkv,G*S]
-    operands.append(tb.builtin(write.lengths))
-    present = ((B, Hkv, T, Dh), "f32")
-    attn, present_key, present_value = tb.call_function_results(symbol, text, operands, [(q_BHkvGSDh.shape, "f32"), present, present])
-    write.made = (present_key, present_value)  # [B,Hkv,T,Dh]
-    return attn
 
 
 def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:

@@ -60,8 +60,9 @@ class CacheWrite:
     new_value: Tensor
     start: Dim
     present_key: Tensor  # as built for the other forms: the kernel makes the write only where it reads this one
-    # si64 [2]: the first new row and the rows read, clamped on the device (kv_cache.device_lengths),
-    # for the kernel to read there: no host read mid-step.  None: the sizes of the step are not static.
+    # si64 [2] on the device (kv_cache.device_lengths): the first new row (T where the new rows do
+    # not fit) and the rows read (clamped to [1, T]), for the kernel to read there: no host read
+    # mid-step.  None: the sizes of the step are not static.
     lengths: Optional[Tensor] = None
     made: Optional[Tuple[Tensor, Tensor]] = None
 
