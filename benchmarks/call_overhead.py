@@ -56,7 +56,7 @@ def vm_call(sess, step) -> Callable[[], None]:
     from iree import runtime as ireert
 
     compiled, fast = sess._compiled, sess._compiled._fast
-    arg_list, _, _ = fast._arguments(sess._function, [step[a.name] for a in sess.get_inputs()])
+    arg_list, _, _, _ = fast._arguments(sess._function, [step[a.name] for a in sess.get_inputs()])
     plan = fast._plan(sess._function)
     return lambda: compiled._context.invoke(plan.vm_function, arg_list, ireert.VmVariantList(plan.results))
 

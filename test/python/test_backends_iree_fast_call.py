@@ -80,6 +80,28 @@ def test_small_results_are_copies_without_shared_buffers(general_path_off):
     assert not problems, "\n".join(problems)
 
 
+def test_shared_results_not_fed_back_are_copies(general_path_off):
+    """With share_buffers a small result the next call did not feed back (the attention output)
+    is copied out from then on: it owns its memory, and later calls leave it as it was; the
+    caches fed back are still the very arrays fed, and the numbers onnxruntime's."""
+    model = make_model(SHARED)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    feeds = make_inputs(SHARED, seed=11)
+    first = outputs(sess, feeds)
+    general_path_off()
+    ours = dict(feeds, past_key=first["present_key"], past_value=first["present_value"])
+    got = [outputs(sess, ours) for _ in range(3)]
+    assert not got[0]["output"].flags.owndata  # the lean path's first call: a mapping, as any result may be fed back
+    assert got[1]["output"].flags.owndata and got[2]["output"].flags.owndata
+    kept = np.array(got[1]["output"])
+    later = outputs(sess, dict(ours, query=feeds["query"] * 2))
+    np.testing.assert_array_equal(got[1]["output"], kept)
+    assert later["present_key"] is ours["past_key"] and later["present_value"] is ours["past_value"]
+    theirs = dict(feeds, query=feeds["query"] * 2, past_key=np.array(later["present_key"]), past_value=np.array(later["present_value"]))
+    problems = compare(SHARED, later, run_onnxruntime(model, theirs), theirs)
+    assert not problems, "\n".join(problems)
+
+
 def test_a_failed_check_is_named_on_the_lean_path(general_path_off):
     model = make_model(SHARED)
     sess = InferenceSession(model, backend="iree-cpu", threads=1)

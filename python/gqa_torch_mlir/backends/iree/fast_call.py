@@ -14,8 +14,14 @@ buffer (``share_buffers``), a large feed read in place (host_import.py) or an
 upload through the allocator; the VM function called directly; results read
 as buffer views, a cache fed back returned as the caller's array as before,
 a small result (under :data:`SMALL_RESULT_BYTES`) copied out instead of
-mapped unless ``share_buffers`` (where any result may be fed back), others
-mapped as before.  Anything else (a ``DeviceValue``, an
+mapped unless it is an argument the call wrote in place or, with
+``share_buffers`` (where a result may be fed back), until a call did not feed
+it back (the attention output; a cache fed back stays resident), others
+mapped as before.  A copy reads the buffer through its mapping's
+(read-only) buffer interface: when the step before evicted the caches,
+``np.frombuffer`` and the copy cost a 16 KiB result 35 µs on the AMD guest,
+where its mapping (IREE's ``DeviceArray.to_host``), owner and registration
+cost 160 µs.  Anything else (a ``DeviceValue``, an
 array that is not C-contiguous or of another element type, an argument whose
 memory overlaps a resident one's, a function with a result that is not a tensor)
 returns None *before* the call, and the general path runs.
@@ -49,8 +55,25 @@ _ELEMENT_TYPES = {  # the numpy element types this path uploads (bool and unsign
 class _Plan:
     """One function's VM handle, and per result (all tensors) the dtype the caller wants."""
 
-    def __init__(self, vm_function, wants: List[Optional[np.dtype]]) -> None:
-        self.vm_function, self.wants, self.results = vm_function, wants, len(wants)
+    def __init__(self, function: str, vm_function, wants: List[Optional[np.dtype]]) -> None:
+        self.function, self.vm_function, self.wants, self.results = function, vm_function, wants, len(wants)
+        # With share_buffers: the results whose arrays were fed back to the next call (kept
+        # resident), those that were not (copied once small), and the last call's result arrays
+        # (by id) with their index.
+        self.fed_back, self.not_fed_back, self.last = set(), set(), {}
+
+    def learn_fed_back(self, residents) -> None:
+        """Which of the last call's results this call's resident arguments are."""
+        fed = {id(host) for _, host in residents}
+        for key, i in self.last.items():
+            (self.fed_back if key in fed else self.not_fed_back).add(i)
+        self.not_fed_back -= self.fed_back
+
+    def copies(self, i: int, shared: bool) -> bool:
+        """Whether small result ``i`` (not an argument written in place) is copied out: always
+        without share_buffers; with it once a call has not fed it back and none ever did (the
+        next call uploads it if fed back later: it is small)."""
+        return not shared or i in self.not_fed_back
 
 
 class FastCalls:
@@ -70,7 +93,7 @@ class FastCalls:
             packed = self._arguments(function, args)
             if packed is None:
                 return None
-            arg_list, residents, uploaded = packed
+            arg_list, residents, uploaded, passed_refs = packed
             m.uploaded_bytes = uploaded
             ret = ireert.VmVariantList(plan.results)
             try:
@@ -80,8 +103,13 @@ class FastCalls:
             except RuntimeError as e:
                 raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
             refs = [(device_array._buffer_view.ref, host) for device_array, host in residents]
-            return tuple(self._result(function, i, ret.get_as_object(i, ireert.HalBufferView), refs, want)
-                         for i, want in enumerate(plan.wants))
+            if m.share_buffers:
+                plan.learn_fed_back(residents)
+            results = tuple(self._result(plan, i, ret.get_as_object(i, ireert.HalBufferView), refs, passed_refs)
+                            for i in range(plan.results))
+            if m.share_buffers:
+                plan.last = {id(r): i for i, r in enumerate(results) if not r.flags.owndata}
+            return results
 
     def _plan(self, function: str) -> Optional[_Plan]:
         return self._plans.get(function)
@@ -93,11 +121,11 @@ class FastCalls:
             tensors = all(hasattr(r, "_buffer_view") for r in results)
             vm_function = self._module._invoker(function).vm_function
             wants = [self._module._want_dtype(function, i) for i in range(len(results))]
-            self._plans[function] = _Plan(vm_function, wants) if tensors else None
+            self._plans[function] = _Plan(function, vm_function, wants) if tensors else None
 
-    def _arguments(self, function: str, args) -> Optional[Tuple[object, List, int]]:
+    def _arguments(self, function: str, args) -> Optional[Tuple[object, List, int, List]]:
         """(the VM's argument list, the resident (device array, host array) pairs, bytes uploaded or
-        staged), or None for the general path."""
+        staged, the VM references of the other buffer views passed), or None for the general path."""
         m = self._module
         registry = m._resident if m.share_buffers else None
         in_place = m._in_place
@@ -106,6 +134,7 @@ class FastCalls:
         allocate = device.allocator.allocate_buffer_copy
         arg_list = ireert.VmVariantList(len(args))
         residents: List[Tuple[object, np.ndarray]] = []
+        passed_refs = []  # (a result that is one of them was written in place: a cache, kept mapped)
         uploaded = 0
         in_place.staged_bytes = 0
         for i, a in enumerate(args):
@@ -119,6 +148,7 @@ class FastCalls:
             if device_array is not None:
                 residents.append((device_array, a))
                 arg_list.push_ref(device_array._buffer_view)
+                passed_refs.append(device_array._buffer_view.ref)
                 continue
             element_type = _ELEMENT_TYPES.get(a.dtype)
             if element_type is None or not a.flags.c_contiguous:
@@ -127,27 +157,41 @@ class FastCalls:
                 passed = in_place.in_place(function, i, a)
                 if passed is not a:  # read in place (an imported buffer, the feed's or its staging copy's)
                     arg_list.push_ref(passed._buffer_view)
+                    passed_refs.append(passed._buffer_view.ref)
                     continue
-            arg_list.push_ref(allocate(_UPLOAD_MEMORY, _UPLOAD_USAGE, device, a, element_type))
+            view = allocate(_UPLOAD_MEMORY, _UPLOAD_USAGE, device, a, element_type)
+            arg_list.push_ref(view)
+            passed_refs.append(view.ref)
             uploaded += a.nbytes
-        return arg_list, residents, uploaded + in_place.staged_bytes
+        return arg_list, residents, uploaded + in_place.staged_bytes, passed_refs
 
-    def _result(self, function: str, i: int, view, refs, want: Optional[np.dtype]) -> np.ndarray:
+    def _result(self, plan: _Plan, i: int, view, refs, passed_refs) -> np.ndarray:
         """Result ``i``: the caller's array if it is a resident buffer the call returned (a cache
-        updated in place), a copy if small, else the module's mapping of its buffer."""
-        if refs:
-            ref = view.ref
-            for resident_ref, host in refs:
-                if resident_ref == ref and (want is None or host.dtype == want):
-                    return host
+        updated in place), a copy if small, not an argument written in place and
+        ``plan.copies(i)``, else a mapping of its buffer (registered as resident with
+        ``share_buffers``)."""
+        ref, want = view.ref, plan.wants[i]
+        for resident_ref, host in refs:
+            if resident_ref == ref and (want is None or host.dtype == want):
+                return host
         m = self._module
-        if m.share_buffers or view.byte_length >= SMALL_RESULT_BYTES:  # (shared: a result may be fed back)
-            return m._host_result(function, i, ireert.DeviceArray(m._device, view))
-        mapped = view.map().asarray(view.shape, _dtype_of(view.element_type))
-        if want is not None and mapped.dtype != want:
+        dtype = _dtype_of(view.element_type)
+        if view.byte_length >= SMALL_RESULT_BYTES or ref in passed_refs or not plan.copies(i, m.share_buffers):
+            mapped = view.map().asarray(view.shape, dtype) if view.byte_length else np.empty(view.shape, dtype)  # writable
+            return m._host_result(plan.function, i, ireert.DeviceArray(m._device, view), mapped)
+        mapped = _read_only(view, dtype)
+        if want is not None and dtype != want:
             converted, shared = as_dtype(mapped, want)
-            return np.array(converted) if shared else converted
-        return np.array(mapped)
+            return converted.copy() if shared else converted
+        return mapped.copy()
+
+
+def _read_only(view, dtype: np.dtype) -> np.ndarray:
+    """The buffer of ``view`` as a read-only array, to be copied (the mapping's buffer interface
+    is read-only; the mapping alone does not keep the buffer alive)."""
+    if view.byte_length == 0:
+        return np.empty(view.shape, dtype)
+    return np.frombuffer(view.map(), dtype).reshape(view.shape)
 
 
 _DTYPES: Dict[object, np.dtype] = {}

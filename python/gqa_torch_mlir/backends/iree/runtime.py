@@ -232,10 +232,11 @@ class IreeCompiledModule:
             return np.dtype(self._output_dtypes[i])
         return None
 
-    def _host_result(self, function: str, i: int, r) -> np.ndarray:
+    def _host_result(self, function: str, i: int, r, mapped: Optional[np.ndarray] = None) -> np.ndarray:
         # A mapping of the result's own device buffer, which the array keeps alive
         # (no copy on the CPU: fresh multi-MB host arrays cost page faults on every call).
-        host = np.asarray(r.to_host() if hasattr(r, "to_host") else r)
+        # ``mapped``: the caller's mapping of the buffer of ``r`` (a DeviceArray), if it made one.
+        host = mapped if mapped is not None else np.asarray(r.to_host() if hasattr(r, "to_host") else r)
         host, shared = as_dtype(host, self._want_dtype(function, i))
         if not shared:
             return host
