@@ -102,6 +102,29 @@ def test_shared_results_not_fed_back_are_copies(general_path_off):
     assert not problems, "\n".join(problems)
 
 
+def test_a_4bit_cache_stays_in_place_on_the_lean_path(general_path_off):
+    """A 4-bit cache (uint8 bytes, int8 in the compiled code: the arrays fed are not those the
+    call sees) written in place stays the caller's buffer call after call, where the attention
+    output is copied."""
+    cfg = GQAConfig(batch=1, seq=1, past=8, past_lens=(3,), fixed_capacity=True, kv_bits=4, quant_type="PER_CHANNEL",
+                    num_heads=4, kv_num_heads=2, head_size=16)
+    model = make_model(cfg)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    feeds = make_inputs(cfg, seed=17)
+    first = outputs(sess, feeds)
+    general_path_off()
+    ours = dict(feeds, past_key=first["present_key"], past_value=first["present_value"])
+    for past_len in (4, 5, 6):
+        ours.update(seqlens_k=np.array([past_len], np.int32), total_sequence_length=np.array(past_len + 1, np.int32))
+        theirs = dict(ours, past_key=np.array(ours["past_key"]), past_value=np.array(ours["past_value"]))
+        got = outputs(sess, ours)
+        assert np.shares_memory(got["present_key"], first["present_key"]), past_len
+        assert np.shares_memory(got["present_value"], first["present_value"]), past_len
+        problems = compare(cfg, got, run_onnxruntime(model, theirs), theirs)
+        assert not problems, f"past {past_len}:\n" + "\n".join(problems)
+    assert got["output"].flags.owndata
+
+
 def test_a_failed_check_is_named_on_the_lean_path(general_path_off):
     model = make_model(SHARED)
     sess = InferenceSession(model, backend="iree-cpu", threads=1)

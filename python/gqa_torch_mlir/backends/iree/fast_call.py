@@ -14,9 +14,9 @@ buffer (``share_buffers``), a large feed read in place (host_import.py) or an
 upload through the allocator; the VM function called directly; results read
 as buffer views, a cache fed back returned as the caller's array as before,
 a small result (under :data:`SMALL_RESULT_BYTES`) copied out instead of
-mapped unless it is an argument the call wrote in place or, with
-``share_buffers`` (where a result may be fed back), until a call did not feed
-it back (the attention output; a cache fed back stays resident), others
+mapped (with ``share_buffers``, where a result may be fed back, only once a
+call did not feed it back, as the attention output, and unless it is an
+argument the call wrote in place: a cache fed back stays resident), others
 mapped as before.  A copy reads the buffer through its mapping's
 (read-only) buffer interface: when the step before evicted the caches,
 ``np.frombuffer`` and the copy cost a 16 KiB result 35 µs on the AMD guest,
@@ -69,11 +69,11 @@ class _Plan:
             (self.fed_back if key in fed else self.not_fed_back).add(i)
         self.not_fed_back -= self.fed_back
 
-    def copies(self, i: int, shared: bool) -> bool:
-        """Whether small result ``i`` (not an argument written in place) is copied out: always
-        without share_buffers; with it once a call has not fed it back and none ever did (the
-        next call uploads it if fed back later: it is small)."""
-        return not shared or i in self.not_fed_back
+    def kept_resident(self, i: int, ref, passed_refs) -> bool:
+        """(share_buffers) Whether small result ``i`` (VM reference ``ref``) stays mapped and
+        resident: an argument the call wrote in place, or a result no call is known not to have
+        fed back.  Else it is copied out (fed back later, it is uploaded: it is small)."""
+        return ref in passed_refs or i not in self.not_fed_back
 
 
 class FastCalls:
@@ -125,7 +125,7 @@ class FastCalls:
 
     def _arguments(self, function: str, args) -> Optional[Tuple[object, List, int, List]]:
         """(the VM's argument list, the resident (device array, host array) pairs, bytes uploaded or
-        staged, the VM references of the other buffer views passed), or None for the general path."""
+        staged, the VM references of the buffer views passed), or None for the general path."""
         m = self._module
         registry = m._resident if m.share_buffers else None
         in_place = m._in_place
@@ -167,8 +167,8 @@ class FastCalls:
 
     def _result(self, plan: _Plan, i: int, view, refs, passed_refs) -> np.ndarray:
         """Result ``i``: the caller's array if it is a resident buffer the call returned (a cache
-        updated in place), a copy if small, not an argument written in place and
-        ``plan.copies(i)``, else a mapping of its buffer (registered as resident with
+        updated in place), a copy if small (with ``share_buffers``, unless
+        ``plan.kept_resident``), else a mapping of its buffer (registered as resident with
         ``share_buffers``)."""
         ref, want = view.ref, plan.wants[i]
         for resident_ref, host in refs:
@@ -176,7 +176,7 @@ class FastCalls:
                 return host
         m = self._module
         dtype = _dtype_of(view.element_type)
-        if view.byte_length >= SMALL_RESULT_BYTES or ref in passed_refs or not plan.copies(i, m.share_buffers):
+        if view.byte_length >= SMALL_RESULT_BYTES or (m.share_buffers and plan.kept_resident(i, ref, passed_refs)):
             mapped = view.map().asarray(view.shape, dtype) if view.byte_length else np.empty(view.shape, dtype)  # writable
             return m._host_result(plan.function, i, ireert.DeviceArray(m._device, view), mapped)
         mapped = _read_only(view, dtype)
