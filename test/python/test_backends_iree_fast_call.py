@@ -80,16 +80,22 @@ def test_small_results_are_copies_without_shared_buffers(general_path_off):
     assert not problems, "\n".join(problems)
 
 
+def shared_first_call(cfg, seed, general_path_off):
+    """(model, session, feeds, the first call's outputs, the feeds with its caches fed back): a
+    share_buffers session's first call, on the general path, which is then switched off."""
+    model = make_model(cfg)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    feeds = make_inputs(cfg, seed=seed)
+    first = outputs(sess, feeds)
+    general_path_off()
+    return model, sess, feeds, first, dict(feeds, past_key=first["present_key"], past_value=first["present_value"])
+
+
 def test_shared_results_not_fed_back_are_copies(general_path_off):
     """With share_buffers a small result the next call did not feed back (the attention output)
     is copied out from then on: it owns its memory, and later calls leave it as it was; the
     caches fed back are still the very arrays fed, and the numbers onnxruntime's."""
-    model = make_model(SHARED)
-    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
-    feeds = make_inputs(SHARED, seed=11)
-    first = outputs(sess, feeds)
-    general_path_off()
-    ours = dict(feeds, past_key=first["present_key"], past_value=first["present_value"])
+    model, sess, feeds, first, ours = shared_first_call(SHARED, 11, general_path_off)
     got = [outputs(sess, ours) for _ in range(3)]
     assert not got[0]["output"].flags.owndata  # the lean path's first call: a mapping, as any result may be fed back
     assert got[1]["output"].flags.owndata and got[2]["output"].flags.owndata
@@ -108,12 +114,7 @@ def test_a_4bit_cache_stays_in_place_on_the_lean_path(general_path_off):
     output is copied."""
     cfg = GQAConfig(batch=1, seq=1, past=8, past_lens=(3,), fixed_capacity=True, kv_bits=4, quant_type="PER_CHANNEL",
                     num_heads=4, kv_num_heads=2, head_size=16)
-    model = make_model(cfg)
-    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
-    feeds = make_inputs(cfg, seed=17)
-    first = outputs(sess, feeds)
-    general_path_off()
-    ours = dict(feeds, past_key=first["present_key"], past_value=first["present_value"])
+    model, sess, feeds, first, ours = shared_first_call(cfg, 17, general_path_off)
     for past_len in (4, 5, 6):
         ours.update(seqlens_k=np.array([past_len], np.int32), total_sequence_length=np.array(past_len + 1, np.int32))
         theirs = dict(ours, past_key=np.array(ours["past_key"]), past_value=np.array(ours["past_value"]))
