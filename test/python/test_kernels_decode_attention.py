@@ -3,6 +3,8 @@ iree-cpu lowering uses it (attention=fused, its default there) and where it does
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -199,16 +201,21 @@ LENGTHS = [
     ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), True, SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
     ((1, 2, 4, 64, 40, 1), False, 40, 40),
 ]
+# the fixed-capacity cases again with T known at run time only (the kernel's grid and ``_put`` take it)
+LENGTHS += [(shape, writes, n, start, True) for shape, writes, n, start in LENGTHS if not writes]
+LENGTHS = [case if len(case) == 5 else case + (False,) for case in LENGTHS]
 
 
-@pytest.mark.parametrize("shape,writes,n,start", LENGTHS,
+@pytest.mark.parametrize("shape,writes,n,start,run_time_rows", LENGTHS,
                          ids=lambda v: KernelShape(*v, writes=True).symbol() if isinstance(v, tuple) else str(v))
-def test_kernel_lengths_from_the_device(shape, writes, n, start):
+def test_kernel_lengths_from_the_device(shape, writes, n, start, run_time_rows):
     """The lengths variant: the new rows at ``start`` (a fixed-capacity buffer's in place, the
     others kept; a growing cache's present as the write variant makes it), and the attention over
     the first n rows only, read off the device: rows past n hold NaN under a finite bias."""
     s = KernelShape(*shape, writes=writes, lengths=True)
     B, H, D, T, S = s.batch, s.kv_heads, s.head_size, s.rows, s.seq
+    if run_time_rows:
+        s = dataclasses.replace(s, rows=None)
     rng = np.random.default_rng(n)
     q = (rng.standard_normal((B, H, s.group, D)) / np.sqrt(D)).astype(np.float32)
     rows_fed = T - S if writes else T

@@ -68,9 +68,14 @@ class KernelShape:
     sinks: bool = False  # a sink logit per grouped row (head_sink, or 0 for smooth_softmax)
     writes: bool = False  # a growing cache's write made while reading: present from past and new rows
     # The first new row and the rows read come from the device (an i64 [2] tensor, clamped there):
-    # no host read of them mid-step.  T static; the new rows [B,Hkv,S,Dh] are written at the
-    # first new row, by the write variant (writes) or in place (``_put``, a fixed-capacity buffer).
+    # no host read of them mid-step.  The new rows [B,Hkv,S,Dh] are written at the first new row,
+    # by the write variant (writes, T static) or in place (``_put``, a fixed-capacity buffer of T
+    # rows, static or at run time).
     lengths: bool = False
+
+    def __post_init__(self) -> None:
+        if self.writes and self.lengths and self.rows is None:
+            raise ValueError("the write variant with lengths on the device needs a static T")
 
     @property
     def single(self) -> bool:
@@ -224,16 +229,16 @@ def _put_body(s: KernelShape) -> str:
     m, D = _Memrefs(s), s.head_size
     copies = "\n".join(f"""          %{c.lower()}r = vector.load %N{c}[%b, %h, %j, %c0] : {m.new}, vector<{D}xf32>
           vector.store %{c.lower()}r, %{c}[%b, %h, %r, %c0] : {m.present}, vector<{D}xf32>""" for c in ("K", "V"))
+    rows = ", %t: index" if s.rows is None else ""  # T at run time: an operand
     return f"""    func.func @{s.symbol()}_put(%kb: !stream.binding, %vb: !stream.binding, %nkb: !stream.binding, %nvb: !stream.binding,
-                      %nb: !stream.binding, %bsz: index) {{
+                      %nb: !stream.binding, %bsz: index{rows}) {{
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
-      %cS = arith.constant {s.seq} : index
-      %t = arith.constant {s.rows} : index
+      %cS = arith.constant {s.seq} : index{"" if s.rows is None else chr(10) + f"      %t = arith.constant {s.rows} : index"}
       %h = stream.dispatch.workgroup.id[0] : index
       %b = stream.dispatch.workgroup.id[2] : index
-      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.present}{m.q_dims}
-      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.present}{m.q_dims}
+      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.present}{m.kv_dims}
+      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.present}{m.kv_dims}
       %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
       %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}{_device_lengths(s)}
       %inside = arith.cmpi ult, %start, %t : index
@@ -479,8 +484,9 @@ def render(s: KernelShape, opset: int) -> tuple:
     results = f"({t_q}, {t_k}, {t_k})" if presents else t_q
     put, k, v = "", "%k", "%v"
     if s.lengths and not s.writes:  # the new rows written in place first
-        put = (f"  %kv:2 = flow.dispatch @{sym}_executable::@{sym}_put[%bsz](%k, %v, %nk, %nv, %lens, %bsz)\n"
-               f"      : ({t_k}{kd}, {t_k}{kd}, {t_n}{dyn(bd)}, {t_n}{dyn(bd)}, {t_len}, index) -> (%k{kd}, %v{kd})\n")
+        t_op, t_ty = (", %t", ", index") if s.rows is None else ("", "")
+        put = (f"  %kv:2 = flow.dispatch @{sym}_executable::@{sym}_put[%bsz](%k, %v, %nk, %nv, %lens, %bsz{t_op})\n"
+               f"      : ({t_k}{kd}, {t_k}{kd}, {t_n}{dyn(bd)}, {t_n}{dyn(bd)}, {t_len}, index{t_ty}) -> (%k{kd}, %v{kd})\n")
         k, v = "%kv#0", "%kv#1"
     attend_in = [("%q", t_q, dyn(bd)), (k, t_p, kd), (v, t_p, kd), fed[2]] + (fed[3:5] if s.writes else [])
     attend_in += [("%sink", t_s, "")] if s.single and s.sinks else []
