@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gqa_torch_mlir import InferenceSession
-from gqa_torch_mlir.errors import GqaTorchMlirError
+from gqa_torch_mlir.errors import GqaTorchMlirError, RuntimeInvocationError
 from gqa_torch_mlir.kernels.decode_attention import CHUNK_ROWS, SPLIT_ROWS, KernelShape, render
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import FUSED_OUTSIDE_IREE, apply_lowerings
@@ -271,7 +271,7 @@ def test_failed_shared_step_leaves_the_buffer(seqlens_k):
     session = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
     _, key, value = session.run(None, feeds)
     key_before, value_before = np.array(key), np.array(value)
-    with pytest.raises(Exception, match="seqlens_k|total_sequence_length"):
+    with pytest.raises(RuntimeInvocationError, match="seqlens_k|total_sequence_length"):
         session.run(None, dict(feeds, past_key=key, past_value=value, seqlens_k=np.array([seqlens_k], np.int32)))
     np.testing.assert_array_equal(np.asarray(key), key_before)
     np.testing.assert_array_equal(np.asarray(value), value_before)

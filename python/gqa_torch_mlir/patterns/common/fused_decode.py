@@ -135,12 +135,18 @@ def reads_lengths_on_device(write, q_BHkvGSDh: Tensor, S) -> bool:
         return False
     if any(c.dtype != "f32" for c in (write.past_key, write.past_value, write.new_key, write.new_value)):
         return False
-    return T == P or (T == P + S and P > 0 and writes_fit(*q_BHkvGSDh.shape[2:]))
+    return T == P or _grows_in_kernel(write, q_BHkvGSDh, T, S)
 
 
 def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:
     """The kernel writes present itself: the rows read are the write's present's (f32, as
-    ``applies`` asked), its stack arrays fit, and the rows are static with T = P + S, P > 0."""
-    P, T = write.past_key.shape[2], present_BHkvTDh.shape[2]
-    return (present_BHkvTDh.value == write.present_key.value and writes_fit(*q_BHkvGSDh.shape[2:])
-            and isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S)
+    ``applies`` asked) and the write variant takes it (:func:`_grows_in_kernel`)."""
+    return present_BHkvTDh.value == write.present_key.value and _grows_in_kernel(write, q_BHkvGSDh, present_BHkvTDh.shape[2], S)
+
+
+def _grows_in_kernel(write, q_BHkvGSDh: Tensor, T, S) -> bool:
+    """The write variant makes a growing cache's present of T rows: static sizes with T = P + S,
+    P > 0, S new rows, and its stack arrays fit."""
+    P = write.past_key.shape[2]
+    return (isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S
+            and writes_fit(*q_BHkvGSDh.shape[2:]))
