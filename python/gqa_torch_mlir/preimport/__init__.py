@@ -11,6 +11,7 @@ once a step changes it, and what one step leaves for a later one).
   loops.py             Loop nodes in the form torch-mlir's Loop conversion takes
   shapes.py            shape inference past our contrib ops
   outputs.py           declared graph output shapes released for inference, then typed
+  totals.py            GroupQueryAttention's total_sequence_length from a shape, in a form read on the host
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .loops import carried_types_restored, loops_normalized
 from .outputs import declared_output_shapes_released, declared_output_shapes_restored, released_outputs_ranked, type_graph_outputs
 from .shapes import infer_shapes_with_contrib_ops
 from .tensors import check_element_types
+from .totals import totals_from_shapes
 
 
 @dataclass
@@ -84,6 +86,12 @@ def infer_shapes(p: Preparation) -> None:
     type_graph_outputs(p.proto.graph)
 
 
+def totals_on_the_host(p: Preparation) -> None:
+    """A total_sequence_length taken from a dim of a shape, in the form the lowering reads on the host
+    (totals.py; the model is the inferred copy by now)."""
+    totals_from_shapes(p.proto)
+
+
 def check_indices(p: Preparation) -> None:
     """Constant Gather/Scatter indices against static dims: the index guards' table owns the check."""
     from ..guards.indices import check_constant_indices  # (late: guards/indices.py reads graph.py, in this package)
@@ -103,6 +111,7 @@ STEPS: Tuple[Tuple[str, Callable[[Preparation], None]], ...] = (
     ("normalize-forms", normalize_forms),
     ("normalize-loops", normalize_loops),
     ("infer-shapes", infer_shapes),
+    ("totals-on-the-host", totals_on_the_host),
     ("check-constant-indices", check_indices),
     ("name-for-import", name_for_import),
 )

@@ -114,6 +114,10 @@ class GQAConfig:
     # past buffer holds the resident range L(T_prev) of onnxruntime's eviction rule.
     window: int = 0  # W = local_window_size, with window_cache
     window_cache: bool = False
+    # seqlens_k and total_sequence_length computed from an ``attention_mask`` input [B, total]
+    # int64 (ones on each row's valid tokens), as onnxruntime-genai's model builder computes them:
+    # Cast(ReduceSum(mask, 1) - 1) and Cast(Gather(Shape(mask), 1)), both int32.
+    mask: bool = False
 
     def __post_init__(self) -> None:
         if self.past_lens is not None and not isinstance(self.past_lens, tuple):
@@ -276,6 +280,7 @@ class GQAConfig:
             "ql" + "-".join(map(str, self.query_lens or ())): self.query_lens is not None,
             f"q{self.kv_bits}{self.quant_type[4].lower()}": self.kv_bits != 0,
             f"wc{self.window}": self.window_cache,
+            "mask": self.mask,
         }
         parts += [k for k, on in flags.items() if on]
         return "_".join(parts)
@@ -320,9 +325,11 @@ def _graph_inputs(cfg: GQAConfig) -> list[onnx.ValueInfoProto]:
     shapes += [
         ("past_key", _cache_elem(cfg), cache_BHkvPDh),
         ("past_value", _cache_elem(cfg), cache_BHkvPDh),
-        ("seqlens_k", TensorProto.INT32, [d["B"]]),
-        ("total_sequence_length", TensorProto.INT32, []),
     ]
+    if cfg.mask:
+        shapes.append(("attention_mask", TensorProto.INT64, [d["B"], d["TT"]]))
+    else:
+        shapes += [("seqlens_k", TensorProto.INT32, [d["B"]]), ("total_sequence_length", TensorProto.INT32, [])]
     if cfg.rotary:
         rot = [d["M"], cfg.rotary_half]
         shapes += [("cos_cache", elem, rot), ("sin_cache", elem, rot)]
@@ -403,11 +410,27 @@ def make_model(cfg: GQAConfig, extra_attrs: dict | None = None) -> onnx.ModelPro
         domain="com.microsoft",
         **attrs,
     )
-    graph = helper.make_graph([node], f"gqa_{cfg.name}", _graph_inputs(cfg), _graph_outputs(cfg, with_qk))
+    nodes, initializers = _mask_lengths() if cfg.mask else ([], [])
+    graph = helper.make_graph(nodes + [node], f"gqa_{cfg.name}", _graph_inputs(cfg), _graph_outputs(cfg, with_qk), initializers)
     opsets = [helper.make_opsetid("", _OPSET_DEFAULT), helper.make_opsetid("com.microsoft", _OPSET_MS)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="gqa_torch_mlir.testing")
     model.ir_version = _IR_VERSION
     return model
+
+
+def _mask_lengths() -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The builder's nodes from attention_mask to seqlens_k and total_sequence_length, and their constants."""
+    one = helper.make_tensor("mask_one", TensorProto.INT64, [], [1])
+    axes = helper.make_tensor("mask_axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("ReduceSum", ["attention_mask", "mask_axes"], ["mask_sum"], name="mask_sum", keepdims=0),  # [B]
+        helper.make_node("Sub", ["mask_sum", "mask_one"], ["mask_last"], name="mask_last"),
+        helper.make_node("Cast", ["mask_last"], ["seqlens_k"], name="seqlens_cast", to=TensorProto.INT32),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),  # [2]
+        helper.make_node("Gather", ["mask_shape", "mask_one"], ["mask_width"], name="mask_width", axis=0),  # []
+        helper.make_node("Cast", ["mask_width"], ["total_sequence_length"], name="total_cast", to=TensorProto.INT32),
+    ]
+    return nodes, [one, axes]
 
 
 # ---------------------------------------------------------------------------
@@ -466,8 +489,11 @@ def make_inputs(cfg: GQAConfig, seed: int = 0) -> dict[str, np.ndarray]:
     feeds = {k: v.astype(cfg.np_dtype) for k, v in feeds.items()}
     feeds["past_key"] = _past_cache(cfg, rng)
     feeds["past_value"] = _past_cache(cfg, rng)
-    feeds["seqlens_k"] = cfg.seqlens_k
-    feeds["total_sequence_length"] = np.asarray(cfg.total, dtype=np.int32)
+    if cfg.mask:
+        feeds["attention_mask"] = (np.arange(cfg.total)[None, :] <= cfg.seqlens_k[:, None]).astype(np.int64)  # [B, total]
+    else:
+        feeds["seqlens_k"] = cfg.seqlens_k
+        feeds["total_sequence_length"] = np.asarray(cfg.total, dtype=np.int32)
     if cfg.rotary:
         feeds["cos_cache"], feeds["sin_cache"] = rotary_caches(cfg)
     if cfg.position_ids:
@@ -630,7 +656,7 @@ def compare(
     default_atol, default_rtol = _DEFAULT_TOL[cfg.dtype]
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
-    seqlens_k = np.asarray(feeds["seqlens_k"]).reshape(-1)
+    seqlens_k = np.asarray(feeds["seqlens_k"]).reshape(-1) if "seqlens_k" in feeds else feeds["attention_mask"].sum(1) - 1
     msgs: list[str] = []
     for name, want_arr in want.items():
         if name not in got or got[name] is None:
