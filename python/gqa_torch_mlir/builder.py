@@ -626,8 +626,8 @@ class TorchBuilder:
         return self.tensor_op("torch.aten.matmul", [a.value, b.value], batch + (a.shape[-2], b.shape[-1]), a.dtype)
 
     def where_scalar_else(self, cond: Tensor, if_true, other: Tensor) -> Tensor:
-        """``where(cond, if_true, other)`` with an int or float scalar for the true branch."""
-        scalar = self.float(if_true) if isinstance(if_true, float) else self.int(if_true)
+        """``where(cond, if_true, other)`` with an int (or Dim) or float scalar for the true branch."""
+        scalar = self.float(if_true) if isinstance(if_true, float) else self.dim_value(if_true)
         shape = broadcast_shapes(cond.shape, other.shape)
         return self.tensor_op("torch.aten.where.ScalarSelf", [cond.value, scalar, other.value], shape, other.dtype)
 

@@ -35,8 +35,9 @@ tensor directly inside a branch of a top-level ``torch.prim.If`` (a lowering
 specialised on a size: GroupQueryAttention's B == 1) leaves it first: its i1
 becomes one more result of the If (``true`` from the other branch), read
 after it, with one more for the conjunction of that branch's own checks,
-computed in the branch where they are; asserts nested deeper (loop bodies,
-branches in branches) stay where they are.
+computed in the branch where they are.  A branch in a branch (B == 1, then
+GroupQueryAttention's in-place decode step) gives its checks up to the branch
+around it first, one level at a time; asserts in loop bodies stay where they are.
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
     one more for the conjunction of its own checks, joined where they are computed
     (:func:`_conjunction`).  Returns [(the checks' results, their conjunction's)], or []."""
     blocks = [region.blocks[0] for region in if_op.regions]
+    for block in blocks:  # a branch in a branch: its checks into this one's block first
+        for nested in [op.operation for op in block.operations if op.operation.name == "torch.prim.If"]:
+            _hoist_branch_checks(nested, ir, types)
     pairs = [(side, read, check) for side, block in enumerate(blocks) for read, check in _branch_checks(block)]
     if not pairs:
         return []

@@ -273,6 +273,70 @@ def test_growing_cache_fed_back_stays_on_the_device():
         ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
 
 
+# The builder's form: seqlens_k and total_sequence_length from an attention mask (the total its
+# width, known on the host), every size dynamic, one model.  A fixed-capacity buffer's decode step
+# takes the in-place branch (the kernel reads the lengths on the device); a prompt, a chunk, two
+# batch rows or a growing cache take the others.
+MASKED = dict(num_heads=4, kv_num_heads=2, head_size=16, rotary=True, rotary_cache_len=24, dynamic=True, mask=True)
+
+
+MASKED_GENERATIONS = {
+    "fixed_buffer": [C(batch=1, seq=5, past=16, past_lens=(0,), fixed_capacity=True, **MASKED)]
+    + [C(batch=1, seq=1, past=16, past_lens=(5 + i,), fixed_capacity=True, **MASKED) for i in range(3)],
+    "growing": [C(batch=1, seq=5, past=0, **MASKED)] + [C(batch=1, seq=1, past=5 + i, **MASKED) for i in range(3)],
+}
+
+
+@pytest.mark.parametrize("steps", MASKED_GENERATIONS.values(), ids=MASKED_GENERATIONS.keys())
+def test_masked_generation(steps):
+    """A prompt of 5 tokens then 3 decode steps, the presents fed back (a 16-row buffer written in
+    place, or a growing cache), against onnxruntime fed its own presents."""
+    model = make_model(steps[0])
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    ours = theirs = None
+    for i, cfg in enumerate(steps):
+        ours_feeds, theirs_feeds = fed_back(make_inputs(cfg, seed=600 + i), ours, theirs)
+        got = run_session(sess, ours_feeds)
+        want = run_onnxruntime(model, theirs_feeds)
+        assert_matches(cfg, got, want, theirs_feeds, f"step {i}")
+        ours, theirs = (got["present_key"], got["present_value"]), (want["present_key"], want["present_value"])
+
+
+def with_static_dims(model: onnx.ModelProto, sizes: dict) -> onnx.ModelProto:
+    """``model`` with the named dims of its graph inputs and outputs declared static."""
+    for vi in list(model.graph.input) + list(model.graph.output):
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_param in sizes:
+                dim.dim_value = sizes[dim.dim_param]
+    return model
+
+
+@pytest.mark.parametrize("static", [{}, {"batch": 1}, {"past": 9}], ids=["dynamic", "batch_of_1", "declared_rows"])
+def test_masked_decode_writes_the_buffer_in_place(static):
+    """Fed back (share_buffers), the decode branch's presents are the pasts' memory: IREE did not
+    copy the caches first (it did where they reached the kernel as the function's arguments: with
+    the cache's rows declared, no branch on its growth passes them on)."""
+    cfg = C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED)
+    model, feeds = with_static_dims(make_model(cfg), static), make_inputs(cfg, seed=8)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1, share_buffers=True)
+    _, key, value = sess.run(None, feeds)
+    _, key_after, value_after = sess.run(None, dict(feeds, past_key=key, past_value=value))
+    address = lambda a: np.asarray(a).__array_interface__["data"][0]  # noqa: E731
+    assert (address(key_after), address(value_after)) == (address(key), address(value))
+
+
+@pytest.mark.parametrize("cfg", [
+    C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED),  # the in-place branch
+    C(batch=1, seq=1, past=1030, past_lens=(1029,), fixed_capacity=True, **dict(MASKED, rotary_cache_len=1040)),  # its last row, two blocks
+    C(batch=2, seq=1, past=9, past_lens=(6, 3), fixed_capacity=True, **MASKED),
+    C(batch=1, seq=3, past=12, past_lens=(4,), fixed_capacity=True, **MASKED),
+    C(batch=1, seq=1, past=7, **MASKED),  # growing: total > P
+], ids=lambda c: c.name)
+def test_masked_steps(cfg):
+    model, feeds = make_model(cfg), make_inputs(cfg, seed=7)
+    assert_matches(cfg, run_session(InferenceSession(model, backend="iree-cpu", threads=1), feeds), run_onnxruntime(model, feeds), feeds)
+
+
 def test_gqa_between_onnx_ops():
     """MatMul -> GQA -> Add: the ordinary ONNX ops go through IREE's own ONNX input conversion."""
     cfg = C(batch=2, seq=1, past=5, past_lens=(5, 2), rotary=True)
@@ -475,6 +539,31 @@ def test_checks_leave_the_batch_branch():
     messages = [str(op.operation.attributes["message"]) for op in checks_if.regions[1].blocks[0].operations
                 if op.operation.name == "torch.runtime.assert"]
     assert any("seqlens_k[b] must be >= 0" in m for m in messages) and len(messages) >= 4, messages
+
+
+def test_checks_leave_nested_branches():
+    """The builder's form (a total known on the host) puts a decode step of one batch row behind a
+    branch of its own, and the branch on B == 1 into the other one: the checks on tensors leave
+    every branch, the nested ones too (none is asserted inside any branch but the checks' own),
+    and the decode branch dispatches the kernel's put, which writes the row in place at lengths
+    read on the device (T at run time: ``_td_dl``)."""
+    model = make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED))
+    module = IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module
+    (func,) = [op for op in module.body.operations if op.operation.name == "func.func" and "gqa_decode" not in str(op.operation.attributes["sym_name"])]
+    top = [op.operation for op in func.regions[0].blocks[0].operations]
+    checks_if = [op for op in top if op.name == "torch.prim.If"][-1]
+
+    def nested(op, depth=0):
+        for region in op.regions:
+            for inner in region.blocks[0].operations:
+                yield inner.operation, depth
+                yield from nested(inner.operation, depth + 1)
+
+    inside = [(o, d) for op in top if op.name == "torch.prim.If" and op != checks_if for o, d in nested(op)]
+    assert not [o for o, _ in inside if o.name == "torch.runtime.assert" and "Bool.Tensor" in str(o.operands[0].owner)]
+    puts = [d for o, d in inside if o.name == "flow.dispatch" and "_td_dl_executable::" in str(o) and "_put" in str(o)]
+    assert puts == [0], puts  # in a top-level If
+    assert any(o.name == "torch.prim.If" and d == 0 and "torch.tensor_static_info_cast" in str(o) for o, d in inside)  # B == 1, nested
 
 
 def test_bad_flag_is_a_stage_error():

@@ -27,6 +27,7 @@ decoder in LLVM; results are the same): one test goes through
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -178,6 +179,36 @@ def test_inference_session_runs_a_decoder():
     tokens, logits, _ = decoder.generate(run, tokens=ort_tokens)
     for ours, ref in zip(logits, ort_logits):
         np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"])
+
+
+@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY], ids=["growing-cache", "shared-128-buffers"])
+def test_a_decoder_on_iree_cpu(shared_capacity):
+    """The builder's total_sequence_length is the attention mask's width (known on the host:
+    preimport/totals.py), so on iree-cpu each decode step takes the branch that reads no row
+    length back (a growing cache grown, a 128-row buffer fed back in place with share_buffers);
+    logits and greedy tokens as onnxruntime's."""
+    decoder = Decoder("llama-fp32")
+    sess = InferenceSession(str(decoder.path), backend="iree-cpu", threads=1, share_buffers=True)
+
+    def run(feeds):
+        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+    ort_tokens, ort_logits, _ = decoder.generate(lambda f: onnxruntime_run(decoder.path, f), shared_capacity=shared_capacity)
+    tokens, logits, _ = decoder.generate(run, tokens=ort_tokens, shared_capacity=shared_capacity)
+    for step, (ours, ref) in enumerate(zip(logits, ort_logits)):
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"], err_msg=f"step {step}")
+        assert int(np.argmax(ours[0, -1])) == ort_tokens[step], f"step {step}: greedy token differs"
+
+
+def test_a_decoders_decode_steps_put_their_rows_on_the_device():
+    """Each GroupQueryAttention of the builder's llama, lowered for iree-cpu, dispatches the kernel's
+    put with T at run time (``_td_dl``): the decode branch of one batch row, lengths on the device."""
+    from gqa_torch_mlir.backends.iree import IreeCpuBackend
+
+    model = onnx.load(str(FIXTURES / "llama-fp32" / "model.onnx"))
+    layers = sum(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+    lowered = str(IreeCpuBackend(threads=1).lower(model).module)
+    assert len(re.findall(r"flow\.dispatch @\w+_td_dl_executable::@\w+_put", lowered)) == layers >= 1
 
 
 # ---------------------------------------------------------------------------

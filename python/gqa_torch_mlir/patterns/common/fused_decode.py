@@ -86,8 +86,8 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
     B, Hkv, GS, Dh = q_BHkvGSDh.shape
     S = bias_BSR.shape[1]
     if reads_lengths_on_device(write, q_BHkvGSDh, S):  # bias_BSR over all T rows (the caller's)
-        P, T = write.past_key.shape[2], write.present_key.shape[2]
-        shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=T > P, lengths=True)
+        T = write.present_key.shape[2]  # None: a fixed-capacity buffer's, at run time
+        shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=not write.in_place, lengths=True)
         return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, write, [tb.builtin(write.lengths)])
     key_BHkvTDh, rows = _read_in_place(tb, key_BHkvRDh)
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
@@ -126,16 +126,16 @@ def _call_kernel(tb: TorchBuilder, shape: KernelShape, q_BHkvGSDh: Tensor, bias_
 
 def reads_lengths_on_device(write, q_BHkvGSDh: Tensor, S) -> bool:
     """The kernel makes ``write`` (inputs.CacheWrite) with its first new row and rows read taken on
-    the device (``write.lengths``), its bias then over all T rows (the caller's): static P, T and
-    S, f32 caches, and for a growing cache (T = P + S, P > 0) the write variant's stack arrays."""
+    the device (``write.lengths``), its bias then over all T rows (the caller's): a static S, f32
+    caches, and either a fixed-capacity buffer (T == P, static or at run time: written in place)
+    or a growing cache of static sizes (T = P + S, P > 0) whose stack arrays fit the write variant."""
     if write is None or write.lengths is None:
         return False
-    P, T = write.past_key.shape[2], write.present_key.shape[2]
-    if not (isinstance(P, int) and isinstance(T, int) and isinstance(S, int) and write.new_key.shape[2] == S):
+    if not (isinstance(S, int) and write.new_key.shape[2] == S):
         return False
     if any(c.dtype != "f32" for c in (write.past_key, write.past_value, write.new_key, write.new_value)):
         return False
-    return T == P or _grows_in_kernel(write, q_BHkvGSDh, T, S)
+    return write.in_place or _grows_in_kernel(write, q_BHkvGSDh, write.present_key.shape[2], S)
 
 
 def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:

@@ -44,21 +44,23 @@ never repeated), in f32 as onnxruntime computes f16 inputs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import List, Optional
 
 from ....binder import OpBinder
 from ....builder import Tensor, TorchBuilder
 from ....registry import onnx_op
-from .attention import chunked_attention, decomposed_attention, needs_scores, sdpa_attention
+from ....kernels.decode_attention import supported
+from .attention import chunked_attention, decomposed_attention, needs_scores, sdpa_attention, takes_fused
 from .checks import check_rotary_rows, check_total, checked_rotary_positions
 from .heads import split_heads
 from .inputs import CacheStep, GqaInputs
 from .kv_cache import kv_cache_step
 from .masks import padded_bias, read_rows, visible_keys, window_bias, zero_unread_rows
 from .query_blocks import blocked_attention, can_block, can_loop, can_take_one_row_apart, looped_attention, one_row_apart
-from .positions import rotary_tables, step_positions
+from .positions import host_total, rotary_tables, step_positions
 from .quantized_cache import CacheCodec
-from .shapes import unify_dims, with_batch_of_one
+from .shapes import unify_dims, with_batch_of_one, with_seq_of_one
 from .support import OUTPUTS, read_attributes, validate_inputs
 from .window_cache import window_cache_step
 
@@ -67,9 +69,8 @@ from .window_cache import window_cache_step
 def lower_group_query_attention(b: OpBinder, tb: TorchBuilder) -> List:
     attrs = read_attributes(b)  # support.py: every attribute read, refused by name when not lowered
     ins = unify_dims(tb, GqaInputs(**validate_inputs(b, attrs)), attrs)  # support.py, shapes.py
-    if b.options.device == "cpu" and ins.query.shape[0] is None:  # a run-time batch size: B == 1 apart
-        return outputs(tb, b, *batch_of_one_apart(tb, b, attrs, ins))
-    return outputs(tb, b, *step_results(tb, b, attrs, ins))
+    general = batch_of_one_apart if b.options.device == "cpu" and ins.query.shape[0] is None else step_results  # B == 1 apart
+    return outputs(tb, b, *one_row_decode_apart(tb, b, attrs, ins, general))
 
 
 def step_results(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
@@ -92,17 +93,80 @@ def batch_of_one_apart(tb, b, attrs, ins: GqaInputs) -> List[Optional[Tensor]]:
     prefill 1.4x slower (its cache write alone 1.3 ms: the scatter's index tensors; benchmarks/README.md,
     "CPU, round 8").  The output leaves each branch in its final layout: transposed after the If, it
     was two dispatches and two more queue submissions a decode step ("CPU, round 9")."""
-    absent = []  # the results that are None (output_qk not asked): the same in both branches
+    one = lambda inner: step_results(inner, b, attrs, with_batch_of_one(inner, ins))  # noqa: E731
+    return taken_apart(tb, tb.dim_eq(tb.size(ins.query, 0), 1), one, lambda inner: step_results(inner, b, attrs, ins))
 
-    def branch(inputs):
+
+def one_row_decode_apart(tb, b, attrs, ins: GqaInputs, general) -> List[Optional[Tensor]]:
+    """``general(tb, b, attrs, ins)``, with the decode step of one batch row behind a branch of its
+    own where only run-time B, S and cache lengths keep its sizes from being known, and
+    total_sequence_length is known on the host (positions.host_total: the builder's attention-mask
+    width).  On B == 1 and S == 1 the cache's growth is then known on the host too: the fused kernel
+    puts the new row into the cache (the buffer itself, or the grown copy of a growing cache) at
+    lengths it reads on the device (fused_decode.py), so the step reads nothing back mid-step (one
+    wait, at the end); the other branch reads them mid-step (benchmarks/README.md, "CPU, round 20")."""
+    total = host_total(tb, b) if _may_decode_in_place(b, attrs, ins) else None
+    if total is None:
+        return general(tb, b, attrs, ins)
+    B, S = tb.size(ins.query, 0), tb.size(ins.query, 1)
+    if (B, S) == (1, 1):  # a decode step's sizes: no branch
+        return step_results(tb, b, attrs, replace(ins, total_on_host=total))
+    holds_in_branch = tb.dim_eq(S if isinstance(B, int) else B, 1)  # true there, on a dynamic dim: not folded
+
+    def decode(inner):
+        one_row = with_seq_of_one(inner, with_batch_of_one(inner, ins))
+        key, value = _as_join_results(inner, holds_in_branch, one_row.past_key, one_row.past_value)
+        return step_results(inner, b, attrs, replace(one_row, past_key=key, past_value=value, total_on_host=total))
+
+    one_row_one_token = tb.dim_le(tb.dim_add(_distance_to_1(tb, B), _distance_to_1(tb, S)), 0)
+    return taken_apart(tb, one_row_one_token, decode, lambda inner: general(inner, b, attrs, ins))
+
+
+def _distance_to_1(tb, d):
+    """|d - 1| (0 for a static 1)."""
+    return tb.dim_max(tb.dim_sub(d, 1), tb.dim_sub(1, d))
+
+
+def _as_join_results(tb, cond, past_key: Tensor, past_value: Tensor):
+    """The caches as the results of a branch on ``cond`` (true where this is called; the other
+    branch negates them): IREE 3.13 writes a cache the kernel's put takes in place only where it
+    reaches the put as a join's result of one use; the function's argument itself, used in the
+    other branches too, it copied whole first (both caches, 16 MiB a step at past 4095).  A growth
+    known at run time passes them through such a join anyway (kv_cache.grown_pair); a declared one
+    (static cache rows) does not."""
+    types = [(p.shape, p.dtype) for p in (past_key, past_value)]
+    return tb.if_else_each(cond, types, lambda inner: [past_key, past_value], lambda inner: [inner.neg(p) for p in (past_key, past_value)])
+
+
+def _may_decode_in_place(b, attrs, ins: GqaInputs) -> bool:
+    """What the fused kernel's in-place lengths variant needs besides B == 1 and S == 1 (fused_decode.py):
+    f32 rows, a past, no window cache, none of the inputs and attributes the kernel leaves to the
+    decomposed form, and a head layout it has."""
+    if b.options.device != "cpu" or b.options.attention != "fused" or ins.query.shape[0] not in (1, None) or ins.query.shape[1] not in (1, None):
+        return False
+    if ins.past_key is None:
+        return False
+    if attrs.window_cache or attrs.kv_bits or ins.query_seqlens is not None or not takes_fused(attrs, ins.attention_bias, (None, None)):
+        return False
+    group = attrs.num_heads // attrs.kv_num_heads
+    return ins.query.dtype == ins.past_key.dtype == "f32" and attrs.num_heads % attrs.kv_num_heads == 0 and \
+        supported(attrs.kv_num_heads, group, ins.head_size)
+
+
+def taken_apart(tb, cond, special, general) -> List[Optional[Tensor]]:
+    """The step's results behind a branch on ``cond`` (a host !torch.bool): ``special(inner)`` and
+    ``general(inner)`` each build the [output, present_key, present_value, output_qk] of one
+    branch, joined (the results that are None, output_qk not asked, are so in both)."""
+    absent = []
+
+    def branch(results):
         def build(inner):
-            results = step_results(inner, b, attrs, inputs(inner))
-            absent[:] = [r is None for r in results]
-            return [r for r in results if r is not None]
+            built = results(inner)
+            absent[:] = [r is None for r in built]
+            return [r for r in built if r is not None]
         return build
 
-    one, any_batch = branch(lambda inner: with_batch_of_one(inner, ins)), branch(lambda inner: ins)
-    joined = iter(tb.if_joined(tb.dim_eq(tb.size(ins.query, 0), 1), one, any_batch))
+    joined = iter(tb.if_joined(cond, branch(special), branch(general)))
     return [None if none else next(joined) for none in absent]
 
 

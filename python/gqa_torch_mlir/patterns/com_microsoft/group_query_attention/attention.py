@@ -136,7 +136,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
 def keys_of_whole_cache(tb, attrs, step, write) -> Tuple[Tensor, Tensor]:
     """(i1 [B,S,T] the keys each query row attends, i1 [1,1,T] the rows read) over all T rows of
     the write's present, the rows read [0, R) with R on the device (``write.lengths``)."""
-    key_pos_T = tb.arange(write.present_key.shape[2])
+    key_pos_T = tb.arange(tb.size(write.present_key, 2))
     last_read_1 = tb.add_scalar(tb.slice(write.lengths, 0, 1, 2), -1)  # [2] -> [1]: R - 1
     read_11T = tb.unsqueeze(tb.unsqueeze(tb.le(key_pos_T, last_read_1), 0), 0)  # [T] -> [1,1,T]
     return visible_keys(tb, step, attrs, key_pos_T), read_11T

@@ -29,6 +29,9 @@ class GqaInputs:
     v_scale: Optional[Tensor]
     query_seqlens: Optional[Tensor]  # [B] si32: valid rows of a right-padded chunk
     head_size: int
+    # total_sequence_length as a host value (positions.host_total), in the branch of a decode step
+    # of one batch row that reads no length back mid-step (__init__.py); None elsewhere
+    total_on_host: Optional[Dim] = None
 
 
 @dataclass
@@ -62,8 +65,11 @@ class CacheWrite:
     present_key: Tensor  # as built for the other forms: the kernel makes the write only where it reads this one
     # si64 [2] on the device (kv_cache.device_lengths): the first new row (T where the new rows do
     # not fit) and the rows read (clamped to [1, T]), for the kernel to read there: no host read
-    # mid-step.  None: the sizes of the step are not static.
+    # mid-step.  None unless S is static and T static or written in place.
     lengths: Optional[Tensor] = None
+    # The new rows written into past_key/past_value themselves (the kernel's put): a fixed-capacity
+    # buffer (T == P), or the caches grown by a growth known at run time on the host (T at run time)
+    in_place: bool = False
     made: Optional[Tuple[Tensor, Tensor]] = None
 
 

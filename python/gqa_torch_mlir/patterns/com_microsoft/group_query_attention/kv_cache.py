@@ -24,6 +24,8 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     past_key, past_value = past_caches(tb, ins, attrs)
     P = tb.size(past_key, 2)
     growth = declared_growth(tb, b, step, past_key)  # None: known at run time only
+    if growth is None and ins.total_on_host is not None:  # the builder's total: the growth on the host, no read back
+        growth = run_time_growth(tb, step, ins.total_on_host, P)
     one_row = b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1 and not _fresh_buffer_of_many_rows(growth, step)
     lengths = None
     if growth is None and one_row:  # total_sequence_length read with the row lengths: one host read
@@ -75,21 +77,25 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
     """
     start, rows = lengths
     end = tb.dim_add(start, step.S)
-    present_key, present_value = _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start, end)
+    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
+    present_key, present_value = tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
     read_key, read_value = tb.slice(present_key, 2, 0, rows), tb.slice(present_value, 2, 0, rows)  # -> [1,Hkv,R,Dc]
     write = None
-    if isinstance(growth, int):  # declared sizes (fused_decode.py decides who writes present, and how)
+    if isinstance(growth, int):  # a declared growth (fused_decode.py decides who writes present, and how)
         write = CacheWrite(past_key, past_value, key_BHkvSDc, value_BHkvSDc, start, present_key,
-                           device_lengths(tb, step, past_key.shape[2], growth))
+                           device_lengths(tb, step, tb.size(past_key, 2), growth), in_place=growth == 0)
+    elif ins.total_on_host is not None:  # a growth known on the host at run time: the new rows put into the grown caches
+        write = CacheWrite(grown_key, grown_value, key_BHkvSDc, value_BHkvSDc, start, present_key,
+                           device_lengths(tb, step, tb.size(grown_key, 2), 0), in_place=True)
     return CacheStep(present_key, present_value, read_key, read_value, tb.arange(rows), every_row_read=True, write=write)
 
 
-def device_lengths(tb: TorchBuilder, step: Step, P: Optional[int], growth: int) -> Optional[Tensor]:
+def device_lengths(tb: TorchBuilder, step: Step, P: Dim, growth: int) -> Optional[Tensor]:
     """si64 [2], on the device: the first new row and the rows read (seqlens_k + 1 clamped to
-    [1, T], as one_row_lengths computes them on the host), for a static T = P + growth and S;
-    None otherwise.  A kernel that reads them there needs no host read mid-step: on local-task
+    [1, T], as one_row_lengths computes them on the host), for T = P + growth (static, or a
+    fixed-capacity buffer's P at run time) and a static S; None otherwise.  A kernel that reads them there needs no host read mid-step: on local-task
     each one stops the step until its workers have run what it needs, and wakes them again after
     (benchmarks/README.md, "CPU, round 18").
 
@@ -97,10 +103,10 @@ def device_lengths(tb: TorchBuilder, step: Step, P: Optional[int], growth: int) 
     T: the kernel then writes no new row.  The run-time checks are read at the end of the step
     (deferred_checks.py), so a step that fails them has run: where the host read clamped the row
     into the buffer, this one leaves a fixed-capacity buffer fed in place as it was."""
-    if not isinstance(P, int) or not isinstance(step.S, int):
+    if not isinstance(step.S, int) or not (isinstance(P, int) or growth == 0):
         return None
-    T = P + growth
-    outside_1 = tb.logical_not(tb.in_range(step.past_len_B, 0, T - step.S))  # i1 [1]
+    T = tb.dim_add(P, growth)
+    outside_1 = tb.logical_not(tb.in_range(step.past_len_B, 0, tb.dim_sub(T, step.S)))  # i1 [1]
     start_1 = tb.where_scalar_else(outside_1, T, step.past_len_B)  # si64 [1]
     rows_1 = tb.clamp_int(tb.add_scalar(tb.to_dtype(step.seqlens_fed_B, "si64"), 1), 1, T)  # si32 -> si64 [1]
     return tb.cat([start_1, rows_1], 0)  # -> [2]
@@ -113,11 +119,7 @@ def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_B
     (benchmarks/README.md, "CPU, round 4")."""
     T = tb.dim_add(tb.size(past_key, 2), growth)
     start = tb.item(_first_new_row(tb, step, T))  # [1] -> int
-    return _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start, tb.dim_add(start, step.S))
-
-
-def _blocks_copied_in(tb, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc, start: Dim, end: Dim):
-    """(present_key, present_value): each cache grown by ``growth`` rows, rows [start, end) <- the new ones."""
+    end = tb.dim_add(start, step.S)
     grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
     return tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
 

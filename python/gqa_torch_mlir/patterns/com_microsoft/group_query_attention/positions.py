@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ....builder import Dim, Tensor, TorchBuilder
+from typing import Optional
+
+from ....binder import OpBinder
+from ....builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ...common.rotary import RotaryTables
 from .inputs import OP, GqaInputs, Step
 
@@ -32,6 +35,41 @@ def step_positions(tb: TorchBuilder, ins: GqaInputs) -> Step:
         past_len_B = tb.where_scalar_else(first_prompt, 0, tb.add_scalar(seqlens_B, tb.dim_sub(1, S)))  # [B]
     position_BS = tb.add(tb.unsqueeze(past_len_B, 1), tb.arange(S))  # [B,1] + [S] -> [B,S]
     return Step(S, seqlens_B, seqlens, total, first_prompt, past_len_B, position_BS)
+
+
+TOTAL_SLOT = 6
+_INT32, _INT64 = 6, 7  # ONNX element types
+
+
+def host_total(tb: TorchBuilder, b: OpBinder) -> Optional[Dim]:
+    """total_sequence_length known on the host, without a read back: ``size(x, k)`` where the graph
+    computes it as ``Cast(Shape(x, start=k, end=k+1))`` (the builder's attention-mask width, in the
+    form preimport/totals.py gives it); None otherwise.  Only where the step is taken apart
+    on it (__init__.py): its checks still read the input as fed."""
+    cast = _onnx_producer(b, b.op.operands[TOTAL_SLOT], "onnx.Cast")
+    if cast is None or _int_attr(b, cast, "torch.onnx.to") not in (_INT32, _INT64):
+        return None
+    shape = _onnx_producer(b, cast.operands[0], "onnx.Shape")
+    parsed = parse_vtensor_type(str(shape.operands[0].type)) if shape is not None else None
+    if parsed is None:
+        return None
+    rank = len(parsed[0])
+    start, end = _int_attr(b, shape, "torch.onnx.start", 0), _int_attr(b, shape, "torch.onnx.end", rank)
+    start, end = (max(0, min(rank, d + rank if d < 0 else d)) for d in (start, end))  # ONNX Shape's clamping
+    if end - start != 1:
+        return None
+    return tb.size(Tensor(shape.operands[0], *parsed), start)
+
+
+def _onnx_producer(b: OpBinder, value, name: str):
+    owner = getattr(value.owner, "operation", None)  # None for a block argument
+    if owner is None or owner.name != "torch.operator" or b.ir.StringAttr(owner.attributes["name"]).value != name:
+        return None
+    return owner
+
+
+def _int_attr(b: OpBinder, op, name: str, default=None):
+    return b.ir.IntegerAttr(op.attributes[name]).value if name in op.attributes else default
 
 
 def check_chunk_batch(tb: TorchBuilder, first_prompt: Tensor, B: Dim, S: Dim) -> None:

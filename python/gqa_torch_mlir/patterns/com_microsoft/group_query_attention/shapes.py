@@ -64,6 +64,12 @@ def with_batch_of_one(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
     return replace(ins, **{name: tb.known_static(getattr(ins, name), {d: 1}) for name, d in dims.items() if getattr(ins, name) is not None})
 
 
+def with_seq_of_one(tb: TorchBuilder, ins: GqaInputs) -> GqaInputs:
+    """``ins`` (unified) with each run-time sequence dim typed 1, unchecked: for a branch taken
+    only when the query has one row.  [B,?,..] -> [B,1,..]"""
+    return replace(ins, **{name: tb.known_static(getattr(ins, name), {d: 1}) for name, d in _SEQ_DIMS.items() if getattr(ins, name) is not None})
+
+
 def _batch_dims(ins: GqaInputs) -> dict:
     """Input name -> the dim holding its batch size (inputs where one dim does)."""
     dims = dict(_BATCH_DIMS)
