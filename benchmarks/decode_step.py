@@ -19,7 +19,11 @@ Two cache modes, each against onnxruntime in the same mode:
 ``shared@4096`` the same with a 4096-row buffer holding P valid rows (a
              buffer of max_length rows early in a generation).
 ``shared dyn.`` ``shared`` from a model whose batch, sequence and cache lengths
-             are dynamic, as the builder's and exporters' models declare them.
+             are dynamic and whose seqlens_k and total_sequence_length come
+             from an attention mask, as onnxruntime-genai's builder declares
+             and computes them.
+``growing dyn.`` ``growing`` from the same form of model, the past on the device
+             (``ours resident``), as a generation loop has it.
 
 Rows:
   ours / onnxruntime   median step time ratio (lower is faster; <= 1.0 beats it)
@@ -88,7 +92,8 @@ def configs(past: int) -> Dict[str, GQAConfig]:
     }
     if past + 1 < CAPACITY:
         modes[f"shared@{CAPACITY}"] = GQAConfig(past=CAPACITY, past_lens=(past,), fixed_capacity=True, **HEADS)
-    modes["shared dyn."] = GQAConfig(past=past + 1, past_lens=(past,), fixed_capacity=True, dynamic=True, **HEADS)
+    modes["shared dyn."] = GQAConfig(past=past + 1, past_lens=(past,), fixed_capacity=True, dynamic=True, mask=True, **HEADS)
+    modes["growing dyn."] = GQAConfig(past=past, dynamic=True, mask=True, **HEADS)
     return modes
 
 
@@ -293,6 +298,9 @@ def build_runners(past: int, threads: int, source: Optional[str] = None) -> Dict
         vmfb = open(os.path.join(source, vmfb_name(mode, past)), "rb").read() if source else None
         shared = mode.startswith("shared")
         runners[f"{mode}/onnxruntime"] = (ort_shared if shared else ort_growing)(model, feeds, threads)
+        if mode == "growing dyn.":
+            runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True, vmfb=vmfb)
+            continue
         runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared, vmfb=vmfb)
         if mode == "growing":
             runners[f"{mode}/ours aligned"] = ours(model, feeds, threads, shared=False, aligned=True, vmfb=vmfb)
