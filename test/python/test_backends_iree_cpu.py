@@ -331,6 +331,7 @@ def test_masked_decode_writes_the_buffer_in_place(static):
     C(batch=2, seq=1, past=9, past_lens=(6, 3), fixed_capacity=True, **MASKED),
     C(batch=1, seq=3, past=12, past_lens=(4,), fixed_capacity=True, **MASKED),
     C(batch=1, seq=1, past=7, **MASKED),  # growing: total > P
+    C(batch=1, seq=1, past=0, **MASKED),  # a one-token prompt: growing from an empty past
 ], ids=lambda c: c.name)
 def test_masked_steps(cfg):
     model, feeds = make_model(cfg), make_inputs(cfg, seed=7)

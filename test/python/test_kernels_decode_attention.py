@@ -10,6 +10,7 @@ import pytest
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.errors import GqaTorchMlirError, RuntimeInvocationError
+from gqa_torch_mlir.kernels import present_write
 from gqa_torch_mlir.kernels.decode_attention import CHUNK_ROWS, SPLIT_ROWS, KernelShape, render
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import FUSED_OUTSIDE_IREE, apply_lowerings
@@ -149,6 +150,7 @@ WRITES = [
     ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
     ((1, 2, 6, 24, 33, 3), 33, 30),
     ((1, 1, 8, 256, 20, 2), 12, 5),
+    ((1, 8, 2, 256, 1030, 1), 1030, 1029),  # a present of more than NONTEMPORAL_FROM bytes: non-temporal stores
 ]
 
 
@@ -200,9 +202,11 @@ LENGTHS = [
     ((1, 8, 4, 128, 1024, 1), True, 1024, 1023),
     ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), True, SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
     ((1, 2, 4, 64, 40, 1), False, 40, 40),
+    ((1, 8, 2, 256, 1030, 1), True, 1030, 1029),  # non-temporal stores (with T at run time: picked by the kernel)
 ]
-# the fixed-capacity cases again with T known at run time only (the kernel's grid and ``_put`` take it)
-LENGTHS += [(shape, writes, n, start, True) for shape, writes, n, start in LENGTHS if not writes]
+# every case again with T known at run time only (the kernel's grid and ``_put`` take it; the
+# write variant takes P from the past fed)
+LENGTHS += [(shape, writes, n, start, True) for shape, writes, n, start in LENGTHS]
 LENGTHS = [case if len(case) == 5 else case + (False,) for case in LENGTHS]
 
 
@@ -231,6 +235,18 @@ def test_kernel_lengths_from_the_device(shape, writes, n, start, run_time_rows):
     np.testing.assert_array_equal(have_k, want_k)
     np.testing.assert_array_equal(have_v, want_v)
     np.testing.assert_allclose(out, reference(q, want_k, want_v, bias[:, :, :n]), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("rows,nontemporal", [(1030, "always"), (1020, "never"), (None, "per call")])
+def test_present_stores_bypass_the_caches_when_large(rows, nontemporal):
+    """The write variant stores a batch row's present of NONTEMPORAL_FROM bytes or more (here 1024
+    rows of 2 x 8 x 256 f32) non-temporally, a smaller one plainly; with T at run time it picks."""
+    assert present_write.NONTEMPORAL_FROM == 1024 * 2 * 8 * 256 * 4
+    text = render(KernelShape(1, 8, 2, 256, rows, 1, writes=True, lengths=True), 21)[1]
+    stores = text.count('"vector.store"(')
+    bypass = text.count("<{nontemporal = true}>")
+    assert stores and bypass == {"always": stores, "never": 0, "per call": stores // 2}[nontemporal]
+    assert ("scf.if %nt" in text) == (rows is None)
 
 
 def lowered_text(cfg: GQAConfig, attention=None) -> str:

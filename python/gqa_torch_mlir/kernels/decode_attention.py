@@ -69,13 +69,13 @@ class KernelShape:
     writes: bool = False  # a growing cache's write made while reading: present from past and new rows
     # The first new row and the rows read come from the device (an i64 [2] tensor, clamped there):
     # no host read of them mid-step.  The new rows [B,Hkv,S,Dh] are written at the first new row,
-    # by the write variant (writes, T static) or in place (``_put``, a fixed-capacity buffer of T
-    # rows, static or at run time).
+    # by the write variant (writes) or in place (``_put``, a fixed-capacity buffer), T static or
+    # known at run time (P + S, P the past's rows, with writes).
     lengths: bool = False
 
     def __post_init__(self) -> None:
-        if self.writes and self.lengths and self.rows is None:
-            raise ValueError("the write variant with lengths on the device needs a static T")
+        if self.writes and not self.lengths and self.rows is None:
+            raise ValueError("the write variant with the first new row from the host needs a static T")
 
     @property
     def single(self) -> bool:
@@ -85,9 +85,9 @@ class KernelShape:
         return self.rows is not None and self.rows <= SPLIT_ROWS
 
     @property
-    def past(self) -> int:
-        """P, the rows of the past (``writes``): present's T rows less the S new ones."""
-        return self.rows - self.seq
+    def past(self) -> Optional[int]:
+        """P, the rows of the past (``writes``): present's T rows less the S new ones (None: at run time)."""
+        return None if self.rows is None else self.rows - self.seq
 
     def symbol(self) -> str:
         d = lambda v: "d" if v is None else str(v)
@@ -144,9 +144,10 @@ class _Memrefs:
         self.block_dims = _braces(batch + ["%ns"])
         self.new = f"memref<{_dims([s.batch, s.kv_heads, s.seq, D])}xf32>"
         self.present = f"memref<{_dims([s.batch, s.kv_heads, s.rows, D])}xf32>"
+        self.present_dims = self.kv_dims
         if s.writes:  # K/V read from the past [B,Hkv,P,Dh] and the new rows [B,Hkv,S,Dh]; present [B,Hkv,T,Dh] written
             self.kv = f"memref<{_dims([s.batch, s.kv_heads, s.past, D])}xf32>"
-            self.kv_dims = self.q_dims
+            self.kv_dims = _braces(batch + (["%p"] if s.rows is None else []))  # %p = T - S
 
 
 def _attend_body(s: KernelShape) -> str:
@@ -169,7 +170,7 @@ def _attend_body(s: KernelShape) -> str:
       %ninf = arith.constant 0xFF800000 : f32
       %zero = arith.constant 0.0 : f32
       %zv = arith.constant dense<0.0> : vector<{D}xf32>
-      %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>{cap}
+      %ninfv = arith.constant dense<0xFF800000> : vector<{C}xf32>{cap}{_run_time_past(s)}
       %y = stream.dispatch.workgroup.id[0] : index
       %h = stream.dispatch.workgroup.id[1] : index
       %b = stream.dispatch.workgroup.id[2] : index
@@ -209,6 +210,13 @@ def _attend_body(s: KernelShape) -> str:
     return "\n".join(lines)
 
 
+def _run_time_past(s: KernelShape) -> str:
+    """(writes, T at run time) ``%p``, the past's rows: T - S."""
+    if not (s.writes and s.rows is None):
+        return ""
+    return f"\n      %cseq = arith.constant {s.seq} : index\n      %p = arith.subi %t, %cseq : index"
+
+
 def _device_lengths(s: KernelShape) -> str:
     """(lengths) ``%start`` and ``%n`` (at most T) from the lengths binding."""
     if not s.lengths:
@@ -237,8 +245,8 @@ def _put_body(s: KernelShape) -> str:
       %cS = arith.constant {s.seq} : index{"" if s.rows is None else chr(10) + f"      %t = arith.constant {s.rows} : index"}
       %h = stream.dispatch.workgroup.id[0] : index
       %b = stream.dispatch.workgroup.id[2] : index
-      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.present}{m.kv_dims}
-      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.present}{m.kv_dims}
+      %K = stream.binding.subspan %kb[%c0] : !stream.binding -> {m.present}{m.present_dims}
+      %V = stream.binding.subspan %vb[%c0] : !stream.binding -> {m.present}{m.present_dims}
       %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
       %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}{_device_lengths(s)}
       %inside = arith.cmpi ult, %start, %t : index
@@ -474,7 +482,8 @@ def render(s: KernelShape, opset: int) -> tuple:
     t_s, t_len = f"tensor<{Hkv}x{G}xf32>", "tensor<2xi64>"
     dyn = lambda *names: _braces([n for n in names if n])  # noqa: E731
     bd = "%bsz" if s.batch is None else ""
-    kd = dyn(bd, "%t" if s.rows is None and not s.writes else "")
+    kd = dyn(bd, "" if s.rows is not None else "%p" if s.writes else "%t")  # K/V as fed (the past: P = T - S)
+    td = dyn(bd, "%t" if s.rows is None else "")  # the presents
     ncols = "%t" if s.lengths else "%n"  # the bias's columns: the rows read, or (lengths) all T
     fed = [("%k", t_p, kd), ("%v", t_p, kd), ("%mask", t_m, dyn(bd, ncols))]
     fed += [("%nk", t_n, dyn(bd)), ("%nv", t_n, dyn(bd))] if s.writes or s.lengths else []
@@ -492,7 +501,7 @@ def render(s: KernelShape, opset: int) -> tuple:
     attend_in += [("%sink", t_s, "")] if s.single and s.sinks else []
     attend_in += [("%lens", t_len, "")] if s.lengths else []
     indices = [ncols, "%ns", "%bsz", "%t"] + (["%start"] if s.writes and not s.lengths else [])
-    written = [f"{t_k}{dyn(bd)}"] * 2 if s.writes else []
+    written = [f"{t_k}{td}"] * 2 if s.writes else []
     parts = [f"{t_q}{dyn(bd)}"] if s.single else [f"{t}{dyn(bd, '%ns')}" for t in (f"tensor<{_dims([s.batch, Hkv, None, G, D])}xf32>",
                                                                                  f"tensor<{_dims([s.batch, Hkv, None, 2, G])}xf32>")]
     rows = "%t" if s.writes or s.lengths else "%n"  # the workgroups' rows: those read, or every present row
@@ -522,12 +531,21 @@ func.func private @{sym}({params}) -> {results} attributes {{torch.onnx_meta.ops
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %bsz = {"tensor.dim %q, %c0 : " + t_q if s.batch is None else f"arith.constant {s.batch} : index"}
-  %t = {"tensor.dim %k, %c2 : " + t_k if s.rows is None else f"arith.constant {s.rows} : index"}
+  {_rows_of_function(s, t_k, t_p)}
   %ns = {ns}
 {put}{call}  return {returned}
 }}
 """
     return sym, text
+
+
+def _rows_of_function(s: KernelShape, t_k: str, t_p: str) -> str:
+    """The function's ``%t`` (and, writes with T at run time, ``%p``): static, or from K's dim 2."""
+    if s.rows is not None:
+        return f"%t = arith.constant {s.rows} : index"
+    if not s.writes:
+        return f"%t = tensor.dim %k, %c2 : {t_k}"
+    return f"%p = tensor.dim %k, %c2 : {t_p}\n  %cseq = arith.constant {s.seq} : index\n  %t = arith.addi %p, %cseq : index"
 
 
 def _exports(s: KernelShape) -> str:
