@@ -35,9 +35,10 @@ tensor directly inside a branch of a top-level ``torch.prim.If`` (a lowering
 specialised on a size: GroupQueryAttention's B == 1) leaves it first: its i1
 becomes one more result of the If (``true`` from the other branch), read
 after it, with one more for the conjunction of that branch's own checks,
-computed in the branch where they are.  A branch in a branch (B == 1, then
-GroupQueryAttention's in-place decode step) gives its checks up to the branch
-around it first, one level at a time; asserts in loop bodies stay where they are.
+computed in the branch where they are.  A branch in a branch (GroupQueryAttention's
+B == 1, inside the other side of its decode-step branch) gives its checks up to
+the branch around it first, one level at a time; asserts in loop bodies stay
+where they are.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The driver below reads top-down; each step lives in a module of its own:
   support.py          the op's inputs and attributes: what is lowered, static checks, refusals
-  shapes.py           one batch/sequence size for all inputs; head dims (run-time checked)
-  positions.py        past lengths, token positions, rotary rows (the rotation: patterns/common/rotary.py)
+  shapes.py           one batch/sequence size for all inputs; head dims (run-time checked); B or S typed 1
+  positions.py        past lengths, token positions, rotary rows (the rotation: patterns/common/rotary.py),
+                      total_sequence_length on the host where the graph computes it from a shape
   heads.py            Q/K/V into heads
   checks.py           run-time checks of the lengths onnxruntime checks
   kv_cache.py         growing cache and fixed-capacity buffer (the cache update)
@@ -105,7 +106,7 @@ def one_row_decode_apart(tb, b, attrs, ins: GqaInputs, general) -> List[Optional
     puts the new row into the cache (the buffer itself, or the grown copy of a growing cache) at
     lengths it reads on the device (fused_decode.py), so the step reads nothing back mid-step (one
     wait, at the end); the other branch reads them mid-step (benchmarks/README.md, "CPU, round 20")."""
-    total = host_total(tb, b) if _may_decode_in_place(b, attrs, ins) else None
+    total = host_total(tb, b) if _may_decode_apart(b, attrs, ins) else None
     if total is None:
         return general(tb, b, attrs, ins)
     B, S = tb.size(ins.query, 0), tb.size(ins.query, 1)
@@ -138,8 +139,8 @@ def _as_join_results(tb, cond, past_key: Tensor, past_value: Tensor):
     return tb.if_else_each(cond, types, lambda inner: [past_key, past_value], lambda inner: [inner.neg(p) for p in (past_key, past_value)])
 
 
-def _may_decode_in_place(b, attrs, ins: GqaInputs) -> bool:
-    """What the fused kernel's in-place lengths variant needs besides B == 1 and S == 1 (fused_decode.py):
+def _may_decode_apart(b, attrs, ins: GqaInputs) -> bool:
+    """What the decode branch's kernel, the lengths variant, needs besides B == 1 and S == 1 (fused_decode.py):
     f32 rows, a past, no window cache, none of the inputs and attributes the kernel leaves to the
     decomposed form, and a head layout it has."""
     if b.options.device != "cpu" or b.options.attention != "fused" or ins.query.shape[0] not in (1, None) or ins.query.shape[1] not in (1, None):
