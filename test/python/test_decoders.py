@@ -43,7 +43,7 @@ from gqa_torch_mlir import CompileStageError, InferenceSession
 from gqa_torch_mlir.backends.iree import tuning
 from gqa_torch_mlir.backends.refbackend import RefBackend
 from gqa_torch_mlir.testing.isolated import run_isolated, run_isolated_each
-from gqa_torch_mlir.testing.tiers import one_per_family
+from gqa_torch_mlir.testing.tiers import EXTENDED, one_per_family
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "decoders"
 DECODERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.onnx").is_file()) if FIXTURES.is_dir() else []
@@ -181,12 +181,14 @@ def test_inference_session_runs_a_decoder():
         np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"])
 
 
-@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY], ids=["growing-cache", "shared-128-buffers"])
+@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY] if EXTENDED else [SHARED_CAPACITY],
+                         ids=["growing-cache", "shared-128-buffers"] if EXTENDED else ["shared-128-buffers"])
 def test_a_decoder_on_iree_cpu(shared_capacity):
     """The builder's total_sequence_length is the attention mask's width (known on the host:
     preimport/totals.py), so on iree-cpu each decode step takes the branch that reads no row
     length back (a growing cache grown, a 128-row buffer fed back in place with share_buffers);
-    logits and greedy tokens as onnxruntime's."""
+    logits and greedy tokens as onnxruntime's.  The fast tier runs the shared buffers (the growing
+    branch: test_backends_iree_cpu's masked generation)."""
     decoder = Decoder("llama-fp32")
     sess = InferenceSession(str(decoder.path), backend="iree-cpu", threads=1, share_buffers=True)
 
