@@ -30,11 +30,11 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import AttributeProto
 
 from ..binder import OpBinder
 from ..builder import Dim, Tensor, TorchBuilder
-from ..preimport.graph import fail, node_label
+from ..preimport.graph import fail, integer_constants, node_label
 from ..registry import NOT_LOWERED, Refusal, Registry
 
 INDEX_DTYPES = ("si64", "si32")
@@ -272,7 +272,7 @@ def _rebuild(b: OpBinder, tb: TorchBuilder, operands: List[Tensor]) -> List:
 
 def check_constant_indices(graph: onnx.GraphProto) -> None:
     """Constant indices out of their static data dim, refused (onnxruntime rejects them when run)."""
-    constants, dims = _onnx_constants(graph), _onnx_static_dims(graph)
+    constants, dims = integer_constants(graph), _onnx_static_dims(graph)
     for node in graph.node:
         if node.op_type not in TABLE or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue
@@ -300,23 +300,6 @@ def _onnx_index_bounds(node: onnx.NodeProto, values: np.ndarray, data_dims: List
         return []
     return [(values[..., j], data_dims[first + j], f"column {j} (data dimension {first + j})")
             for j in range(values.shape[-1]) if data_dims[first + j] is not None]
-
-
-def _onnx_constants(graph: onnx.GraphProto) -> Dict[str, np.ndarray]:
-    """Integer initializers (up to 64k elements) and Constant nodes, by name."""
-    INTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
-    found = {i.name: numpy_helper.to_array(i) for i in graph.initializer
-             if i.data_type in INTS and np.prod(i.dims, dtype=np.int64) <= 1 << 16}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            for attr in node.attribute:
-                if attr.name == "value" and attr.t.data_type in INTS:
-                    found[node.output[0]] = numpy_helper.to_array(attr.t)
-                elif attr.name == "value_int":
-                    found[node.output[0]] = np.array(attr.i, np.int64)
-                elif attr.name == "value_ints":
-                    found[node.output[0]] = np.array(list(attr.ints), np.int64)
-    return found
 
 
 def _onnx_static_dims(graph: onnx.GraphProto) -> Dict[str, List[Optional[int]]]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ..errors import LoweringError
 
@@ -38,3 +40,28 @@ def copy_model(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def default_opset(proto: onnx.ModelProto) -> Optional[int]:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def fresh_name(name: str, taken: set) -> str:
+    """``name``, primed until no value or node of ``taken`` has it; then taken too."""
+    while name in taken:
+        name += "'"
+    taken.add(name)
+    return name
+
+
+def integer_constants(graph: onnx.GraphProto) -> Dict[str, np.ndarray]:
+    """Integer initializers (up to 64k elements) and Constant nodes' values, by name."""
+    INTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    found = {i.name: numpy_helper.to_array(i) for i in graph.initializer
+             if i.data_type in INTS and np.prod(i.dims, dtype=np.int64) <= 1 << 16}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.t.data_type in INTS:
+                    found[node.output[0]] = numpy_helper.to_array(attr.t)
+                elif attr.name == "value_int":
+                    found[node.output[0]] = np.array(attr.i, np.int64)
+                elif attr.name == "value_ints":
+                    found[node.output[0]] = np.array(list(attr.ints), np.int64)
+    return found

@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import LoweringError
-from .graph import all_graphs, all_nodes, node_label
+from .graph import all_graphs, all_nodes, fresh_name, node_label
 
 _INT64_MAX = (1 << 63) - 1
 
@@ -74,11 +74,7 @@ class _Names:
         self.loop, self.taken = loop, taken
 
     def __call__(self, suffix: str) -> str:
-        name = f"{self.loop}/{suffix}"
-        while name in self.taken:
-            name += "'"
-        self.taken.add(name)
-        return name
+        return fresh_name(f"{self.loop}/{suffix}", self.taken)
 
 
 def _fail(node: onnx.NodeProto, what: str) -> None:

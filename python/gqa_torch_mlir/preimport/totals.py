@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from .graph import all_graphs, default_opset
+from .graph import all_graphs, default_opset, fresh_name, integer_constants
 from .shapes import known_types
 
 GQA = ("com.microsoft", "GroupQueryAttention")
@@ -52,11 +52,11 @@ def _rewrite_graph(graph: onnx.GraphProto) -> int:
             if source is None:
                 continue
             x, k = source
-            rewritten[total] = _fresh(f"{total}/as_shape_dim", taken)
-            sliced = _fresh(f"{total}/shape_dim", taken)
+            rewritten[total] = fresh_name(f"{total}/as_shape_dim", taken)
+            sliced = fresh_name(f"{total}/shape_dim", taken)
             attrs = {"start": k} if k == -1 else {"start": k, "end": k + 1}
-            new_nodes.append(helper.make_node("Shape", [x], [sliced], name=_fresh(f"{total}/Shape", taken), **attrs))
-            new_nodes.append(helper.make_node("Cast", [sliced], [rewritten[total]], name=_fresh(f"{total}/Cast", taken), to=TensorProto.INT32))
+            new_nodes.append(helper.make_node("Shape", [x], [sliced], name=fresh_name(f"{total}/Shape", taken), **attrs))
+            new_nodes.append(helper.make_node("Cast", [sliced], [rewritten[total]], name=fresh_name(f"{total}/Cast", taken), to=TensorProto.INT32))
             graph.value_info.extend([helper.make_tensor_value_info(sliced, TensorProto.INT64, [1]),  # typed: shape inference has run
                                      helper.make_tensor_value_info(rewritten[total], TensorProto.INT32, [1])])
         node.input[TOTAL_SLOT] = rewritten[total]
@@ -90,17 +90,10 @@ def _shape_dim(total: str, producers, constants, types) -> Optional[Tuple[str, i
 
 
 def _constant_values(graph: onnx.GraphProto) -> dict:
-    """Integer initializers and Constant nodes' tensors, as numpy arrays."""
-    overridable = {vi.name for vi in graph.input}  # an initializer that is also an input is only a default
-    values = {t.name: t for t in graph.initializer if t.name not in overridable}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            values[node.output[0]] = node.attribute[0].t
-    out = {}
-    for name, tensor in values.items():
-        if tensor.data_type in (TensorProto.INT64, TensorProto.INT32) and tensor.data_location != TensorProto.EXTERNAL:
-            out[name] = numpy_helper.to_array(tensor)
-    return out
+    """The graph's integer constants (graph.integer_constants) but an initializer that is also an
+    input: a feed may replace it."""
+    overridable = {vi.name for vi in graph.input}
+    return {name: value for name, value in integer_constants(graph).items() if name not in overridable}
 
 
 def _attr(node: onnx.NodeProto, name: str, default=None):
@@ -108,10 +101,3 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
-
-
-def _fresh(name: str, taken: set) -> str:
-    while name in taken:
-        name += "'"
-    taken.add(name)
-    return name
