@@ -338,6 +338,26 @@ def test_masked_steps(cfg):
     assert_matches(cfg, run_session(InferenceSession(model, backend="iree-cpu", threads=1), feeds), run_onnxruntime(model, feeds), feeds)
 
 
+@pytest.mark.parametrize("seq", [12, 1], ids=["prompt", "decode"])
+def test_a_norm_of_the_masked_output_alone(seq):
+    """SimplifiedLayerNormalization of the attention output alone (gemma2's post-attention norm):
+    its sizes are the decode branch's join's.  A branch yielding B and S as the constants 1 let IREE
+    3.13's integer-range folding size the norm's 8-lane partial sums as if B*S were at most 2:
+    rows from the third on were normalized wrongly, and the heap overran (benchmarks/README.md,
+    "CPU, round 21")."""
+    cfg = C(batch=1, seq=seq, past=0 if seq > 1 else 7, **MASKED)
+    model = make_model(cfg)
+    width = cfg.num_heads * cfg.head_size
+    scale = np.random.default_rng(21).standard_normal(width).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(scale, "norm_scale"))
+    model.graph.node.append(helper.make_node("SimplifiedLayerNormalization", ["output", "norm_scale"], ["normed"], axis=-1, epsilon=1e-6))
+    model.graph.output.append(helper.make_tensor_value_info("normed", TensorProto.FLOAT, None))
+    feeds = make_inputs(cfg, seed=21)
+    got, want = run_session(InferenceSession(model, backend="iree-cpu", threads=1), feeds), run_onnxruntime(model, feeds)
+    np.testing.assert_allclose(got["normed"], want["normed"], rtol=0, atol=1e-4)
+    assert_matches(cfg, {k: v for k, v in got.items() if k != "normed"}, {k: v for k, v in want.items() if k != "normed"}, feeds)
+
+
 def test_gqa_between_onnx_ops():
     """MatMul -> GQA -> Add: the ordinary ONNX ops go through IREE's own ONNX input conversion."""
     cfg = C(batch=2, seq=1, past=5, past_lens=(5, 2), rotary=True)

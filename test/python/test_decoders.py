@@ -181,16 +181,27 @@ def test_inference_session_runs_a_decoder():
         np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"])
 
 
-@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY] if EXTENDED else [SHARED_CAPACITY],
-                         ids=["growing-cache", "shared-128-buffers"] if EXTENDED else ["shared-128-buffers"])
-def test_a_decoder_on_iree_cpu(shared_capacity):
+# The fast tier: llama's shared buffers (the growing branch: test_backends_iree_cpu's masked
+# generation; a norm of the attention output alone, gemma2's: its masked norm test).  The extended
+# tier: every fp32 architecture, both cache modes.
+ON_IREE_CPU = [("llama-fp32", SHARED_CAPACITY)] + ([(n, c) for n in DECODERS if n.endswith("-fp32") and n not in REFUSED
+                                                    for c in (0, SHARED_CAPACITY) if (n, c) != ("llama-fp32", SHARED_CAPACITY)]
+                                                   if EXTENDED else [])
+_IREE_SESSIONS: Dict[str, InferenceSession] = {}
+
+
+@pytest.mark.parametrize("name,shared_capacity", ON_IREE_CPU,
+                         ids=[f"{n}-{'shared-128-buffers' if c else 'growing-cache'}" for n, c in ON_IREE_CPU])
+def test_a_decoder_on_iree_cpu(name, shared_capacity):
     """The builder's total_sequence_length is the attention mask's width (known on the host:
     preimport/totals.py), so on iree-cpu each decode step takes the branch that reads no row
     length back (a growing cache grown, a 128-row buffer fed back in place with share_buffers);
-    logits and greedy tokens as onnxruntime's.  The fast tier runs the shared buffers (the growing
-    branch: test_backends_iree_cpu's masked generation)."""
-    decoder = Decoder("llama-fp32")
-    sess = InferenceSession(str(decoder.path), backend="iree-cpu", threads=1, share_buffers=True)
+    logits and greedy tokens as onnxruntime's, the prompt's too (gemma2's prompt is longer than
+    its window, and its norms after the attention read the decode branch's join)."""
+    decoder = Decoder(name)
+    if name not in _IREE_SESSIONS:  # one compile per fixture, for both cache modes
+        _IREE_SESSIONS[name] = InferenceSession(str(decoder.path), backend="iree-cpu", threads=1, share_buffers=True)
+    sess = _IREE_SESSIONS[name]
 
     def run(feeds):
         return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))

@@ -49,7 +49,7 @@ from dataclasses import replace
 from typing import List, Optional
 
 from ....binder import OpBinder
-from ....builder import Tensor, TorchBuilder
+from ....builder import Dim, Tensor, TorchBuilder
 from ....registry import onnx_op
 from ....kernels.decode_attention import supported
 from .attention import chunked_attention, decomposed_attention, needs_scores, sdpa_attention, takes_fused
@@ -117,10 +117,21 @@ def one_row_decode_apart(tb, b, attrs, ins: GqaInputs, general) -> List[Optional
     def decode(inner):
         one_row = with_seq_of_one(inner, with_batch_of_one(inner, ins))
         key, value = _as_join_results(inner, holds_in_branch, one_row.past_key, one_row.past_value)
-        return step_results(inner, b, attrs, replace(one_row, past_key=key, past_value=value, total_on_host=total))
+        results = step_results(inner, b, attrs, replace(one_row, past_key=key, past_value=value, total_on_host=total))
+        return [_at_run_time_rows(inner, results[0], B, S)] + results[1:]
 
     one_row_one_token = tb.dim_le(tb.dim_add(_distance_to_1(tb, B), _distance_to_1(tb, S)), 0)
     return taken_apart(tb, one_row_one_token, decode, lambda inner: general(inner, b, attrs, ins))
+
+
+def _at_run_time_rows(tb, output_11D: Tensor, B: Dim, S: Dim) -> Tensor:
+    """The decode branch's output [1,1,D] viewed as [B,S,D] at the run-time B and S (1 there).
+    Yielded at the constants 1, IREE 3.13's integer-range folding sized what the join's consumers
+    keep per row (the 8-lane partial sums of an RMSNorm of the output alone: 32 bytes a row) as if
+    B*S were at most 2, whatever the other branches yield: a prompt's rows past the second came
+    out wrong and the heap overran (benchmarks/README.md, "CPU, round 21")."""
+    return tb.tensor_op("torch.aten.view", [output_11D.value, tb.int_list([B, S, output_11D.shape[2]])],
+                        (None, None, output_11D.shape[2]), output_11D.dtype)
 
 
 def _distance_to_1(tb, d):
