@@ -150,7 +150,8 @@ WRITES = [
     ((2, 3, 2, 96, 2 * SPLIT_ROWS + 7, 1), SPLIT_ROWS + 3, 2 * SPLIT_ROWS + 6),
     ((1, 2, 6, 24, 33, 3), 33, 30),
     ((1, 1, 8, 256, 20, 2), 12, 5),
-    ((1, 8, 2, 256, 1030, 1), 1030, 1029),  # a present of more than NONTEMPORAL_FROM bytes: non-temporal stores
+    ((1, 8, 2, 256, 1030, 1), 1030, 1029),  # several SUPER_ROWS blocks of rows, the last one short
+    ((1, 2, 16, 256, 300, 1), 280, 299),  # the largest group and head (their stack arrays fit now)
 ]
 
 
@@ -237,16 +238,15 @@ def test_kernel_lengths_from_the_device(shape, writes, n, start, run_time_rows):
     np.testing.assert_allclose(out, reference(q, want_k, want_v, bias[:, :, :n]), rtol=0, atol=2e-6)
 
 
-@pytest.mark.parametrize("rows,nontemporal", [(1030, "always"), (1020, "never"), (None, "per call")])
-def test_present_stores_bypass_the_caches_when_large(rows, nontemporal):
-    """The write variant stores a batch row's present of NONTEMPORAL_FROM bytes or more (here 1024
-    rows of 2 x 8 x 256 f32) non-temporally, a smaller one plainly; with T at run time it picks."""
-    assert present_write.NONTEMPORAL_FROM == 1024 * 2 * 8 * 256 * 4
+@pytest.mark.parametrize("rows", [1030, 20, None], ids=["t1030", "t20", "run_time_t"])
+def test_present_stores_bypass_the_caches(rows):
+    """The write variant stores present non-temporally, whatever its size (it is not read again in
+    the step: the chunks read the past's rows, still in cache), each row once, in blocks of
+    SUPER_ROWS rows written before their chunks are read."""
     text = render(KernelShape(1, 8, 2, 256, rows, 1, writes=True, lengths=True), 21)[1]
     stores = text.count('"vector.store"(')
-    bypass = text.count("<{nontemporal = true}>")
-    assert stores and bypass == {"always": stores, "never": 0, "per call": stores // 2}[nontemporal]
-    assert ("scf.if %nt" in text) == (rows is None)
+    assert stores == 6 and text.count("<{nontemporal = true}>") == stores  # K and V: new, past, zero rows
+    assert f"%cW = arith.constant {present_write.SUPER_ROWS} : index" in text
 
 
 def lowered_text(cfg: GQAConfig, attention=None) -> str:

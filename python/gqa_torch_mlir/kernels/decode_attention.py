@@ -110,11 +110,6 @@ def supported(kv_heads: int, group: int, head_size: int) -> bool:
     return kv_heads >= 1 and 1 <= group <= MAX_GROUP and head_size in HEAD_SIZES
 
 
-def writes_fit(group: int, head_size: int) -> bool:
-    """Whether the write variant fits IREE's stack (kernels/present_write.py)."""
-    return present_write.fits(group, head_size, CHUNK_ROWS)
-
-
 def _braces(names) -> str:
     """The dynamic sizes of a shaped value: ``{%a, %b}``, or nothing."""
     return "{" + ", ".join(names) + "}" if names else ""
@@ -186,21 +181,32 @@ def _attend_body(s: KernelShape) -> str:
       %ACC = memref.alloca() : memref<{G}x{D}xf32>
       %S = memref.alloca() : memref<{G}x{C}xf32>"""]
     if s.writes:
-        lines.append(present_write.bindings(s, m, CHUNK_ROWS))
+        lines.append(present_write.bindings(s, m))
     for g in range(G):  # the G query rows of the KV head, and their accumulators
         lines.append(f"""      %g{g} = arith.constant {g} : index
       %q{g} = vector.load %Q[%b, %h, %g{g}, %c0] : {m.q}, vector<{D}xf32>
       vector.store %zv, %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>""")
     init = ", ".join([f"%m{g} = %ninf" for g in range(G)] + [f"%l{g} = %zero" for g in range(G)])
     f32s = ", ".join(["f32"] * (2 * G))
-    lines.append(f"""      %fin:{2 * G} = scf.for %c = %lo to %hi step %cC iter_args({init}) -> ({f32s}) {{
-        %rem = arith.subi %hi, %c : index
-        %{"wlen" if s.writes else "len"} = arith.minui %rem, %cC : index""")
-    if s.writes:
-        lines.append(present_write.chunk_written(s, m, CHUNK_ROWS))
+    chunks, first, end = "%fin", "%lo", "%hi"
+    if s.writes:  # SUPER_ROWS rows of present written, then their chunks read (kernels/present_write.py)
+        outer = ", ".join([f"%om{g} = %ninf" for g in range(G)] + [f"%ol{g} = %zero" for g in range(G)])
+        init = ", ".join([f"%m{g} = %om{g}" for g in range(G)] + [f"%l{g} = %ol{g}" for g in range(G)])
+        chunks, first, end = "%fins", "%w", "%rend"
+        lines.append(f"""      %cW = arith.constant {present_write.SUPER_ROWS} : index
+      %fin:{2 * G} = scf.for %w = %lo to %hi step %cW iter_args({outer}) -> ({f32s}) {{
+      %wend0 = arith.addi %w, %cW : index
+      %wend = arith.minui %wend0, %hi : index
+{present_write.rows_written(s, m, "%w", "%wend")}
+      %rend = arith.minui %wend, %n : index""")
+    lines.append(f"""      {chunks}:{2 * G} = scf.for %c = {first} to {end} step %cC iter_args({init}) -> ({f32s}) {{
+        %rem = arith.subi {end}, %c : index
+        %len = arith.minui %rem, %cC : index""")
     lines += [_chunk_scores(s, m), _chunk_softmax(s, m), _chunk_values(s, m)]
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
+    if s.writes:
+        lines.append("      scf.yield " + ", ".join(f"%fins#{i}" for i in range(2 * G)) + f" : {f32s}\n      }}")
     for g in range(G):  # the block's partial results (accumulator, maximum, sum), or (single) its rows normalised
         lines.append(f"      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>")
         lines.append(_normalised_row(s, m, g) if s.single else f"""      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {m.acc}, vector<{D}xf32>
@@ -310,7 +316,7 @@ def _row_load(s: KernelShape, m: _Memrefs, name: str, cache: str) -> str:
     """``name`` = the chunk's row ``%j`` of K or V: from the cache, or (``writes``) from the rows staged."""
     D = s.head_size
     if s.writes:
-        return f"{name} = vector.load %{cache}S[%j, %c0] : memref<{CHUNK_ROWS}x{D}xf32>, vector<{D}xf32>"
+        return present_write.row_read(s, m, name, cache)
     return f"{name} = vector.load %{cache}[%b, %h, %r, %c0] : {m.kv}, vector<{D}xf32>"
 
 

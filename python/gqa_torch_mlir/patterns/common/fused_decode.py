@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ...builder import Dim, Tensor, TorchBuilder
-from ...kernels.decode_attention import KernelShape, render, supported, writes_fit
+from ...kernels.decode_attention import KernelShape, render, supported
 
 # IREE's ONNX input pipeline asks every function for an opset; the kernel's has no ONNX op.
 _OPSET = 21
@@ -85,7 +85,7 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
     copy into present and a read of present.  Either way ``write.made`` holds the presents."""
     B, Hkv, GS, Dh = q_BHkvGSDh.shape
     S = bias_BSR.shape[1]
-    if reads_lengths_on_device(write, q_BHkvGSDh, S):  # bias_BSR over all T rows (the caller's)
+    if reads_lengths_on_device(write, S):  # bias_BSR over all T rows (the caller's)
         T = write.present_key.shape[2]  # None: a fixed-capacity buffer's, at run time
         shape = KernelShape(B, Hkv, GS, Dh, T, S, softcap, sink_1HkvGS1 is not None, writes=not write.in_place, lengths=True)
         return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, write, [tb.builtin(write.lengths)])
@@ -93,7 +93,7 @@ def fused_decode_attention(tb: TorchBuilder, q_BHkvGSDh: Tensor, key_BHkvRDh: Te
     value_BHkvTDh, value_rows = _read_in_place(tb, value_BHkvRDh)
     if value_BHkvTDh.shape != key_BHkvTDh.shape or not _same(value_rows, rows):
         key_BHkvTDh, value_BHkvTDh, rows = key_BHkvRDh, value_BHkvRDh, tb.size(key_BHkvRDh, 2)
-    writes = write is not None and _writable(write, q_BHkvGSDh, key_BHkvTDh, S)
+    writes = write is not None and _writable(write, key_BHkvTDh, S)
     shape = KernelShape(B, Hkv, GS, Dh, key_BHkvTDh.shape[2], S, softcap, sink_1HkvGS1 is not None, writes)
     if writes:
         return _call_kernel(tb, shape, q_BHkvGSDh, bias_BSR, sink_1HkvGS1, write, [tb.index(rows), tb.index(write.start)])
@@ -124,29 +124,28 @@ def _call_kernel(tb: TorchBuilder, shape: KernelShape, q_BHkvGSDh: Tensor, bias_
     return attn
 
 
-def reads_lengths_on_device(write, q_BHkvGSDh: Tensor, S) -> bool:
+def reads_lengths_on_device(write, S) -> bool:
     """The kernel makes ``write`` (inputs.CacheWrite) with its first new row and rows read taken on
     the device (``write.lengths``), its bias then over all T rows (the caller's): a static S, f32
     caches, and either a fixed-capacity buffer (T == P, static or at run time: written in place)
-    or a growing cache of static sizes (T = P + S, P > 0) whose stack arrays fit the write variant."""
+    or a growing cache of static sizes (T = P + S, P > 0): the write variant."""
     if write is None or write.lengths is None:
         return False
     if not (isinstance(S, int) and write.new_key.shape[2] == S):
         return False
     if any(c.dtype != "f32" for c in (write.past_key, write.past_value, write.new_key, write.new_value)):
         return False
-    return write.in_place or _grows_in_kernel(write, q_BHkvGSDh, write.present_key.shape[2], S)
+    return write.in_place or _grows_in_kernel(write, write.present_key.shape[2], S)
 
 
-def _writable(write, q_BHkvGSDh: Tensor, present_BHkvTDh: Tensor, S) -> bool:
+def _writable(write, present_BHkvTDh: Tensor, S) -> bool:
     """The kernel writes present itself: the rows read are the write's present's (f32, as
     ``applies`` asked) and the write variant takes it (:func:`_grows_in_kernel`)."""
-    return present_BHkvTDh.value == write.present_key.value and _grows_in_kernel(write, q_BHkvGSDh, present_BHkvTDh.shape[2], S)
+    return present_BHkvTDh.value == write.present_key.value and _grows_in_kernel(write, present_BHkvTDh.shape[2], S)
 
 
-def _grows_in_kernel(write, q_BHkvGSDh: Tensor, T, S) -> bool:
+def _grows_in_kernel(write, T, S) -> bool:
     """The write variant makes a growing cache's present of T rows: static sizes with T = P + S,
-    P > 0, S new rows, and its stack arrays fit."""
+    P > 0, S new rows."""
     P = write.past_key.shape[2]
-    return (isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S
-            and writes_fit(*q_BHkvGSDh.shape[2:]))
+    return isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S

@@ -103,7 +103,7 @@ def decomposed_attention(tb, attrs, ins, step, query_BHSDh, key_BHkvTDh, value_B
     fused = options is not None and options.attention == "fused"
     if takes_fused(attrs, bias, factors) and fused_decode.applies(fused, S, query_BHSDh, key_BHkvTDh, value_BHkvTDh, Hkv):
         q_BHkvGSDh = tb.mul_scalar(grouped(tb, query_BHSDh, Hkv), effective_scale(attrs, ins.head_size))  # -> [B,Hkv,G*S,Dh]
-        if fused_decode.reads_lengths_on_device(write, q_BHkvGSDh, S):  # the kernel reads the lengths: a bias over all T rows
+        if fused_decode.reads_lengths_on_device(write, S):  # the kernel reads the lengths: a bias over all T rows
             visible_BST, read_B1T = keys_of_whole_cache(tb, attrs, step, write)
         bias_BSR = fused_decode.visible_bias(tb, visible_BST, read_B1T)  # [B,S,R]
         attn_BHkvGSDh = fused_decode.fused_decode_attention(tb, q_BHkvGSDh, key_BHkvTDh, value_BHkvTDh, bias_BSR, attrs.softcap,
