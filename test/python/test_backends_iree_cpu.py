@@ -38,6 +38,7 @@ from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
 from gqa_torch_mlir.testing.filecheck import filecheck
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
+from gqa_torch_mlir.testing.tiers import EXTENDED
 
 C = GQAConfig
 
@@ -325,20 +326,24 @@ def test_masked_decode_writes_the_buffer_in_place(static):
     assert (address(key_after), address(value_after)) == (address(key), address(value))
 
 
-@pytest.mark.parametrize("cfg", [
+MASKED_STEPS = [
     C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED),  # the in-place branch
-    C(batch=1, seq=1, past=1030, past_lens=(1029,), fixed_capacity=True, **dict(MASKED, rotary_cache_len=1040)),  # its last row, two blocks
-    C(batch=2, seq=1, past=9, past_lens=(6, 3), fixed_capacity=True, **MASKED),
-    C(batch=1, seq=3, past=12, past_lens=(4,), fixed_capacity=True, **MASKED),
     C(batch=1, seq=1, past=7, **MASKED),  # growing: total > P
     C(batch=1, seq=1, past=0, **MASKED),  # a one-token prompt: growing from an empty past
-], ids=lambda c: c.name)
+    C(batch=2, seq=1, past=9, past_lens=(6, 3), fixed_capacity=True, **MASKED),
+] + ([  # the extended tier: a buffer's last row in two blocks, a chunk (the masked generations' prompt is one)
+    C(batch=1, seq=1, past=1030, past_lens=(1029,), fixed_capacity=True, **dict(MASKED, rotary_cache_len=1040)),
+    C(batch=1, seq=3, past=12, past_lens=(4,), fixed_capacity=True, **MASKED),
+] if EXTENDED else [])
+
+
+@pytest.mark.parametrize("cfg", MASKED_STEPS, ids=lambda c: c.name)
 def test_masked_steps(cfg):
     model, feeds = make_model(cfg), make_inputs(cfg, seed=7)
     assert_matches(cfg, run_session(InferenceSession(model, backend="iree-cpu", threads=1), feeds), run_onnxruntime(model, feeds), feeds)
 
 
-@pytest.mark.parametrize("seq", [12, 1], ids=["prompt", "decode"])
+@pytest.mark.parametrize("seq", [12, 1] if EXTENDED else [12], ids=["prompt", "decode"] if EXTENDED else ["prompt"])
 def test_a_norm_of_the_masked_output_alone(seq):
     """SimplifiedLayerNormalization of the attention output alone (gemma2's post-attention norm):
     its sizes are the decode branch's join's.  A branch yielding B and S as the constants 1 let IREE
