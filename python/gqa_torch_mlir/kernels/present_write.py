@@ -6,8 +6,8 @@ r being new row r - start when that is in [0, S), else past row r when r < P, el
 non-temporal stores: present is not read again in the step.  The chunks of those rows then read
 each row again from where present's came (:func:`row_read`): the past's rows, just read, are
 still in the core's L2 (SUPER_ROWS rows of K and V: 256 KiB at Dh=128).  On the AMD guest this
-took the kernel alone from 1.63-1.75 to 1.15-1.19 ms at past 1023 and from 5.7-5.9 to 3.8 ms at
-4095 (1 thread; the same on 2), where round 16's form staged each chunk of 8 rows on the stack
+took the kernel alone from 1.60-1.75 to 1.15-1.19 ms at past 1023 and from 5.7-6.2 to 3.8 ms at
+4095 (1 thread; alike on 2), where round 16's form staged each chunk of 8 rows on the stack
 between its write and its reads (benchmarks/README.md, "CPU, round 21").  Writing present with
 plain stores and reading it back was slower (1.24-1.32 ms at 1023), and reading the past again
 after plain stores slower still (1.43).
