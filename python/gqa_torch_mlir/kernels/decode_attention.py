@@ -190,15 +190,9 @@ def _attend_body(s: KernelShape) -> str:
     f32s = ", ".join(["f32"] * (2 * G))
     chunks, first, end = "%fin", "%lo", "%hi"
     if s.writes:  # SUPER_ROWS rows of present written, then their chunks read (kernels/present_write.py)
-        outer = ", ".join([f"%om{g} = %ninf" for g in range(G)] + [f"%ol{g} = %zero" for g in range(G)])
-        init = ", ".join([f"%m{g} = %om{g}" for g in range(G)] + [f"%l{g} = %ol{g}" for g in range(G)])
+        opened, init = present_write.blocks_opened(s, m, f32s)
+        lines.append(opened)
         chunks, first, end = "%fins", "%w", "%rend"
-        lines.append(f"""      %cW = arith.constant {present_write.SUPER_ROWS} : index
-      %fin:{2 * G} = scf.for %w = %lo to %hi step %cW iter_args({outer}) -> ({f32s}) {{
-      %wend0 = arith.addi %w, %cW : index
-      %wend = arith.minui %wend0, %hi : index
-{present_write.rows_written(s, m, "%w", "%wend")}
-      %rend = arith.minui %wend, %n : index""")
     lines.append(f"""      {chunks}:{2 * G} = scf.for %c = {first} to {end} step %cC iter_args({init}) -> ({f32s}) {{
         %rem = arith.subi {end}, %c : index
         %len = arith.minui %rem, %cC : index""")
@@ -206,7 +200,7 @@ def _attend_body(s: KernelShape) -> str:
     kept = ", ".join([f"%mn{g}" for g in range(G)] + [f"%ln{g}" for g in range(G)])
     lines.append(f"        scf.yield {kept} : {f32s}\n      }}")
     if s.writes:
-        lines.append("      scf.yield " + ", ".join(f"%fins#{i}" for i in range(2 * G)) + f" : {f32s}\n      }}")
+        lines.append(present_write.blocks_closed(G, f32s))
     for g in range(G):  # the block's partial results (accumulator, maximum, sum), or (single) its rows normalised
         lines.append(f"      %fa{g} = vector.load %ACC[%g{g}, %c0] : memref<{G}x{D}xf32>, vector<{D}xf32>")
         lines.append(_normalised_row(s, m, g) if s.single else f"""      vector.store %fa{g}, %O[%b, %h, %y, %g{g}, %c0] : {m.acc}, vector<{D}xf32>
@@ -313,7 +307,7 @@ def _normalised_row(s: KernelShape, m: _Memrefs, g: int) -> str:
 
 
 def _row_load(s: KernelShape, m: _Memrefs, name: str, cache: str) -> str:
-    """``name`` = the chunk's row ``%j`` of K or V: from the cache, or (``writes``) from the rows staged."""
+    """``name`` = the chunk's row ``%r`` of K or V: from the cache, or (``writes``) from where present's came."""
     D = s.head_size
     if s.writes:
         return present_write.row_read(s, m, name, cache)

@@ -29,6 +29,27 @@ def bindings(s, m) -> str:
       %cP = {"arith.subi %t, %cS : index" if s.past is None else f"arith.constant {s.past} : index"}"""
 
 
+def blocks_opened(s, m, f32s: str) -> tuple:
+    """The loop over the workgroup's rows [%lo, %hi), SUPER_ROWS at a time, opened: the online
+    softmax's running maxima and sums carried across it (``%om``/``%ol``), present's rows
+    written, then ``%w``..``%rend`` the rows of them attention reads.  Returns (its text, the
+    chunk loop's iter_args)."""
+    G = s.group
+    outer = ", ".join([f"%om{g} = %ninf" for g in range(G)] + [f"%ol{g} = %zero" for g in range(G)])
+    inner = ", ".join([f"%m{g} = %om{g}" for g in range(G)] + [f"%l{g} = %ol{g}" for g in range(G)])
+    return f"""      %cW = arith.constant {SUPER_ROWS} : index
+      %fin:{2 * G} = scf.for %w = %lo to %hi step %cW iter_args({outer}) -> ({f32s}) {{
+      %wend0 = arith.addi %w, %cW : index
+      %wend = arith.minui %wend0, %hi : index
+{rows_written(s, m, "%w", "%wend")}
+      %rend = arith.minui %wend, %n : index""", inner
+
+
+def blocks_closed(group: int, f32s: str) -> str:
+    """The loop blocks_opened opened, closed on the chunk loop's results (``%fins``)."""
+    return "      scf.yield " + ", ".join(f"%fins#{i}" for i in range(2 * group)) + f" : {f32s}\n      }}"
+
+
 def rows_written(s, m, first: str, end: str) -> str:
     """Present's rows [first, end) of the workgroup's (KV head, batch row), K and V."""
     D = s.head_size
