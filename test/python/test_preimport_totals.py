@@ -89,3 +89,16 @@ def test_an_index_outside_the_rank_is_still_refused(index):
 
 def test_a_total_fed_as_an_input_is_left_alone():
     assert total_source(prepare_for_import(make_model(GQAConfig(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=True)))) == []
+
+
+def test_an_index_marked_as_external_data_is_left_alone():
+    """An initializer marked as external data (its bytes in memory: check-loading lets it through)
+    is not read back from a file that is not there: the Gather stays the total's."""
+    model = with_width_index(make_model(CFG), 1)
+    (init,) = [i for i in model.graph.initializer if i.name == "width_index"]
+    init.raw_data = np.array(1, np.int64).tobytes()
+    del init.int64_data[:]
+    init.data_location = TensorProto.EXTERNAL
+    init.external_data.add(key="location", value="not-there.bin")
+    chain = total_source(prepare_for_import(model))
+    assert [n.op_type for n in chain] == ["Cast", "Gather", "Shape"]

@@ -51,10 +51,12 @@ def fresh_name(name: str, taken: set) -> str:
 
 
 def integer_constants(graph: onnx.GraphProto) -> Dict[str, np.ndarray]:
-    """Integer initializers (up to 64k elements) and Constant nodes' values, by name."""
+    """Integer initializers (up to 64k elements; not one marked as external data, which
+    numpy_helper would read from its file) and Constant nodes' values, by name."""
     INTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
     found = {i.name: numpy_helper.to_array(i) for i in graph.initializer
-             if i.data_type in INTS and np.prod(i.dims, dtype=np.int64) <= 1 << 16}
+             if i.data_type in INTS and np.prod(i.dims, dtype=np.int64) <= 1 << 16
+             and i.data_location != onnx.TensorProto.EXTERNAL}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
             for attr in node.attribute:
