@@ -28,6 +28,16 @@ steps no longer read them: "CPU, round 18") the read conjunction also takes
 the first element of the function's first float result, in a test that is
 always true (NaN or not): one submission, one wait, at the end.
 
+With ``as_result`` (the iree-cpu backend) nothing is read in the module: a
+public function returns its checks' i1s as one more result, ``[K] i1`` in
+program order, with their messages in its ``iree.reflection``
+(``gqa.checks``), and the caller raises the first failed one's message
+(backends/iree/runtime.py).  Read inside, even at the end, the host woke
+for them and then submitted one more queue operation to signal the call's
+fence: on two local-task workers each such hand-over between threads cost
+30-50 µs (benchmarks/README.md, "CPU, round 22").  Private functions keep
+the branch (their callers expect their results).
+
 Safe because no check guards memory: every data-dependent index a check
 covers is clamped into its buffer whatever the check says (safety.md).
 Checks on host scalars (dims) move too and stay as they are.  A check on a
@@ -43,24 +53,31 @@ where they are.
 
 from __future__ import annotations
 
+import json
+
 from .builder import Tensor, TorchBuilder, TypeCache, parse_vtensor_type
 
 ASSERT = "torch.runtime.assert"
+CHECKS_KEY = "gqa.checks"  # the reflection entry naming a returned checks result's messages
 READ = "torch.aten.Bool.Tensor"
 
 
-def defer_runtime_checks(root, ir, after_results: bool = False) -> int:
+def defer_runtime_checks(root, ir, after_results: bool = False, as_result: bool = False) -> int:
     """Move the checks of every top-level function under ``root`` to its end; returns how many.
-    ``after_results``: their read waits for the function's results (:func:`_after_results`)."""
+    ``after_results``: their read waits for the function's results (:func:`_after_results`).
+    ``as_result``: a public function returns its checks instead (:func:`_returned`)."""
     types = TypeCache(ir, root.context)
     moved = 0
     for op in root.regions[0].blocks[0].operations:
         if op.operation.name == "func.func" and len(op.regions[0].blocks) == 1:
-            moved += _defer(op.operation.regions[0].blocks[0], ir, types, after_results)
+            public = "sym_visibility" not in op.operation.attributes
+            returned = as_result and public
+            moved += _defer(op.operation, ir, types, after_results, returned)
     return moved
 
 
-def _defer(block, ir, types: TypeCache, after_results: bool = False) -> int:
+def _defer(func, ir, types: TypeCache, after_results: bool = False, as_result: bool = False) -> int:
+    block = func.regions[0].blocks[0]
     joined_by_branch = []  # (the hoisted checks' If results, their conjunction's If result)
     for op in [op.operation for op in block.operations]:
         if op.name == "torch.prim.If":
@@ -76,6 +93,8 @@ def _defer(block, ir, types: TypeCache, after_results: bool = False) -> int:
             on_tensors.append((read, check))
         else:
             check.move_before(ret)
+    if as_result and on_tensors:
+        return _returned(func, on_tensors, ir, types)
     if len(on_tensors) < 2:
         for read, check in on_tensors:
             read.move_before(ret)
@@ -91,6 +110,33 @@ def _defer(block, ir, types: TypeCache, after_results: bool = False) -> int:
     for read, check in on_tensors:
         read.move_before(end)
         check.move_before(end)
+    return len(on_tensors)
+
+
+def _returned(func, on_tensors, ir, types: TypeCache) -> int:
+    """The checks' i1s returned as one more result, ``checks_K`` i1 [K] in program order, their
+    messages in the function's ``iree.reflection`` (``gqa.checks``: a JSON list); the reads and
+    asserts dropped.  The caller reads the result and raises the first failed check's message
+    (backends/iree/runtime.py).  IREE then waits for the device once a call, for the results: no
+    read mid-step, no branch, and no second submission to signal the call's fence (on two
+    local-task workers each such hand-over between threads cost 30-50 us: benchmarks/README.md,
+    "CPU, round 22")."""
+    block = func.regions[0].blocks[0]
+    ret = [op.operation for op in block.operations][-1]
+    tb = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location)
+    oks = [tb.unsqueeze(Tensor(read.operands[0], (), "i1"), 0) for read, _ in on_tensors]  # [] -> [1] each
+    checks_K = tb.cat(oks, 0) if len(oks) > 1 else oks[0]  # -> [K]
+    messages = [ir.StringAttr(check.attributes["message"]).value for _, check in on_tensors]
+    for read, check in on_tensors:
+        check.erase()
+        read.erase()
+    ir.Operation.create("func.return", operands=list(ret.operands) + [checks_K.value], loc=ret.location, ip=ir.InsertionPoint(ret))
+    ret.erase()
+    signature = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    context = types.context
+    results = signature.results + [checks_K.value.type]
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(signature.inputs, results, context), context)
+    func.attributes["iree.reflection"] = ir.DictAttr.get({CHECKS_KEY: ir.StringAttr.get(json.dumps(messages), context)}, context)
     return len(on_tensors)
 
 

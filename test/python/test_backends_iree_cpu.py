@@ -18,6 +18,7 @@ These tests need the ``iree`` extra (iree-base-compiler, iree-base-runtime).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 import shlex
@@ -403,8 +404,8 @@ def test_pass_runs_in_iree_bindings(tmp_path):
     assert context.is_registered_operation("torch.aten.scatter.src")
     # Registered ops print in their custom form, unregistered ones generically ("torch.aten...."(...)).
     # The run-time checks come after the attention (iree-cpu's fused decode kernel: one block of
-    # 8 rows, one dispatch), read back once (deferred_checks.py); their conjunction is computed with
-    # them, before the attention, and tied to the output's first element after it (after_results).
+    # 8 rows, one dispatch): no read or assert of them, returned as one more result, [K] i1
+    # (deferred_checks.py's as_result), their messages in the function's reflection.
     filecheck(
         lowered.asm(),
         f"""\
@@ -414,20 +415,17 @@ def test_pass_runs_in_iree_bindings(tmp_path):
         CHECK: = torch.aten.scatter.src %
         CHECK: flow.dispatch @gqa_decode_attention_b2_hkv2_g2_dh16_t8_executable::
         CHECK-NOT: flow.dispatch @gqa_decode_attention
+        CHECK-NOT: torch.aten.Bool.Tensor
         CHECK-NOT: torch.runtime.assert
-        CHECK: torch.aten.isnan
-        CHECK: %[[TIED:.+]] = torch.aten.logical_and
-        CHECK-NOT: torch.aten.logical_and
-        CHECK: torch.aten.Bool.Tensor %[[TIED]]
-        CHECK: torch.prim.If
-        CHECK: torch.runtime.assert
+        CHECK: %[[CHECKS:.+]] = torch.aten.cat
         CHECK-NOT: onnx.GroupQueryAttention
-        CHECK: return
+        CHECK: return {{{{.*}}}}, %[[CHECKS]] : {{{{.*}}}}, !torch.vtensor<[{{{{[0-9]+}}}}],i1>
         """,
         tmp_path,
     )
     # ... and that very module is what IREE compiles.
     compiled = IreeCompiledModule(IreeCpuBackend(threads=1).compile_lowered(lowered), lowered.function, lowered.output_dtypes, 1)
+    assert any("seqlens_k[b] must be >= 0" in m for m in compiled.checks(lowered.function))  # the reflection's
     feeds = make_inputs(cfg)
     model = make_model(cfg)
     got = dict(zip([o.name for o in model.graph.output], compiled.invoke(lowered.function, *[feeds[i.name] for i in model.graph.input])))
@@ -506,7 +504,8 @@ def test_iree_failure_raises_compile_stage_error_with_iree_compile_repro():
 
 
 def test_failed_run_time_check_raises_its_message():
-    """IREE's VM fails the call on our check: the user gets the check's message, not the VM's stack listing."""
+    """The step returns its checks (deferred_checks.py's as_result); one that failed raises its
+    message, with no VM stack listing."""
     cfg = C(batch=1, seq=1, past=4, attention_bias="BH", dynamic=True)
     good = make_inputs(cfg)
     bias = good["attention_bias"]
@@ -517,8 +516,25 @@ def test_failed_run_time_check_raises_its_message():
     text = str(info.value)
     assert "attention_bias's last dimension must equal total_sequence_length" in text, text
     assert "bytecode module" not in text and "FAILED_PRECONDITION" not in text, text
-    assert "bytecode module" in str(info.value.__cause__)  # IREE's whole report is kept
     assert_matches(cfg, run_session(sess, good), run_onnxruntime(make_model(cfg), good), good, "after the failure")
+    with pytest.raises(RuntimeInvocationError, match="attention_bias's last dimension"):  # the lean path's read too
+        sess.run(None, bad)
+
+
+def test_a_decode_step_waits_once(tmp_path):
+    """A decode step of declared sizes reads nothing back mid-call: its checks are returned
+    (deferred_checks.py's as_result), so IREE's stream IR of the step has one execution and no
+    host wait inside it (read in the module, they made the host wait and then submit one more
+    queue operation: benchmarks/README.md, "CPU, round 22")."""
+    cfg = C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True)
+    backend = IreeCpuBackend(threads=2)
+    src, out = tmp_path / "step.mlir", tmp_path / "step.stream.mlir"
+    src.write_text(backend.lower(make_model(cfg)).asm())
+    tool = os.path.join(os.path.dirname(sys.executable), "iree-compile")
+    subprocess.run([tool, *backend.flags, "--compile-to=stream", str(src), "-o", str(out)], check=True)
+    text = out.read_text()
+    assert text.count("stream.cmd.execute") == 1, text
+    assert "stream.timepoint.await" not in text and "stream.resource.load" not in text and "cf.cond_br" not in text, text
 
 
 @pytest.mark.parametrize("threads, dynamic", [(1, False), (2, False), (2, True)])
@@ -542,9 +558,9 @@ def test_deferred_checks_name_the_failing_one(threads, dynamic):
 
 def test_checks_leave_the_batch_branch():
     """A run-time batch size puts GroupQueryAttention's step behind a branch on B == 1; deferred
-    (as the IREE backends lower), its checks on tensors leave that branch and are read once at
-    the end with the others: none is left directly in a top-level branch, where each would make
-    the host wait for the device mid-step."""
+    (as the IREE backends lower), its checks on tensors leave that branch and are returned with
+    the others (iree-cpu: deferred_checks.py's as_result): none is read or asserted in the
+    function, where each read would make the host wait for the device mid-step."""
     model = make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, dynamic=True))
     module = IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module  # checks deferred
     (func,) = [op for op in module.body.operations if op.operation.name == "func.func"]
@@ -553,31 +569,31 @@ def test_checks_leave_the_batch_branch():
     in_branch = [[op.operation.name for op in region.blocks[0].operations] for op in branches for region in op.regions]
     batch_of_one = [names for names in in_branch if "torch.tensor_static_info_cast" in names and "torch.aten.slice_scatter" in names]
     assert batch_of_one, "no branch on a batch of one"
-    checks_if = branches[-1]  # deferred_checks.py's: its else branch reads each check and asserts
-    assert top.index(checks_if) == len(top) - 2  # just before the return
+    assert not any("torch.runtime.assert" in names for names in in_branch)
+    assert not [op for op in top if op.name == "torch.aten.Bool.Tensor"]  # (the dims' asserts stay: host values)
     batch_if = next(op for op in branches if any("torch.aten.slice_scatter" in [o.operation.name for o in r.blocks[0].operations]
                                                  for r in op.regions))
-    between = [op.name for op in top[top.index(batch_if) + 1:top.index(checks_if)]]
-    assert "torch.aten.logical_and" not in between, between  # the branch yields its checks' conjunction
-    read = top[top.index(checks_if) - 1]
-    assert read.name == "torch.aten.Bool.Tensor" and read.operands[0].owner == batch_if
-    assert not any("torch.runtime.assert" in names for names in in_branch[:-2])
-    messages = [str(op.operation.attributes["message"]) for op in checks_if.regions[1].blocks[0].operations
-                if op.operation.name == "torch.runtime.assert"]
-    assert any("seqlens_k[b] must be >= 0" in m for m in messages) and len(messages) >= 4, messages
+    checks_K = top[-1].operands[len(top[-1].operands) - 1]  # the return's last: the checks, [K] i1
+    assert str(checks_K.type).endswith("],i1>"), checks_K.type
+    joined = checks_K.owner.operands[0].owner  # aten.cat of the checks' [1] views
+    oks = [v.owner.operands[0] for v in joined.operands]  # each [] -> [1]
+    assert any(ok.owner == batch_if for ok in oks)  # the branch's checks, yielded by it
+    from iree.compiler import ir as iree_ir
+
+    messages = json.loads(iree_ir.StringAttr(func.operation.attributes["iree.reflection"]["gqa.checks"]).value)
+    assert len(messages) == len(oks) >= 4 and any("seqlens_k[b] must be >= 0" in m for m in messages), messages
 
 
 def test_checks_leave_nested_branches():
     """The builder's form (a total known on the host) puts a decode step of one batch row behind a
     branch of its own, and the branch on B == 1 into the other one: the checks on tensors leave
-    every branch, the nested ones too (none is asserted inside any branch but the checks' own),
+    every branch, the nested ones too (none is asserted inside any branch; all are returned),
     and the decode branch dispatches the kernel's put, which writes the row in place at lengths
     read on the device (T at run time: ``_td_dl``)."""
     model = make_model(C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED))
     module = IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu")).lower(model).module
     (func,) = [op for op in module.body.operations if op.operation.name == "func.func" and "gqa_decode" not in str(op.operation.attributes["sym_name"])]
     top = [op.operation for op in func.regions[0].blocks[0].operations]
-    checks_if = [op for op in top if op.name == "torch.prim.If"][-1]
 
     def nested(op, depth=0):
         for region in op.regions:
@@ -585,8 +601,9 @@ def test_checks_leave_nested_branches():
                 yield inner.operation, depth
                 yield from nested(inner.operation, depth + 1)
 
-    inside = [(o, d) for op in top if op.name == "torch.prim.If" and op != checks_if for o, d in nested(op)]
+    inside = [(o, d) for op in top if op.name == "torch.prim.If" for o, d in nested(op)]
     assert not [o for o, _ in inside if o.name == "torch.runtime.assert" and "Bool.Tensor" in str(o.operands[0].owner)]
+    assert not [op for op in top if op.name == "torch.aten.Bool.Tensor"]  # returned (deferred_checks.py's as_result)
     puts = [d for o, d in inside if o.name == "flow.dispatch" and "_td_dl_executable::" in str(o) and "_put" in str(o)]
     assert puts == [0], puts  # in a top-level If
     assert any(o.name == "torch.prim.If" and d == 0 and "torch.tensor_static_info_cast" in str(o) for o, d in inside)  # B == 1, nested

@@ -266,7 +266,7 @@ def test_decode_steps_take_the_kernel(tmp_path):
         CHECK: flow.dispatch @[[SYM]]_executable::@[[SYM]]_attend[{{.+}}](%{{.+}}, %[[PUT]]#0, %[[PUT]]#1,
         CHECK-DAG: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PUT]]#0
         CHECK-DAG: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PUT]]#1
-        CHECK: return %{{.+}}, %[[PK]], %[[PV]] :
+        CHECK: return %{{.+}}, %[[PK]], %[[PV]]{{(, %.+)?}} :
         """, tmp_path)
     assert text.count("flow.dispatch @gqa_decode_attention_b1_hkv2_g4_dh64_t64_dl_executable") == 2  # put, attend: one block, no combine
     assert "torch.aten.matmul" not in text
@@ -314,7 +314,7 @@ def test_growing_steps_write_present_in_the_kernel(cfg, tmp_path):
         CHECK: %[[PART:.+]]:{first + 2} = flow.dispatch @{{{{.+}}}}_write_dl_executable::@{{{{.+}}}}_write_dl_attend
         CHECK: %[[PK:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first}
         CHECK: %[[PV:.+]] = torch_c.from_builtin_tensor %[[PART]]#{first + 1}
-        CHECK: return %{{{{.+}}}}, %[[PK]], %[[PV]] :
+        CHECK: return %{{{{.+}}}}, %[[PK]], %[[PV]]{{{{(, %.+)?}}}} :
         """, tmp_path)
     model, feeds = make_model(cfg), make_inputs(cfg, seed=4)
     session = InferenceSession(model, backend="iree-cpu", threads=2)

@@ -84,12 +84,13 @@ def _opset_lookup(ir, op):
 
 
 def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[LoweringOptions] = None,
-                    route_uint8_results: bool = True, defer_checks: Optional[bool] = None) -> List[RefusedOp]:
+                    route_uint8_results: bool = True, defer_checks: "Optional[bool | str]" = None) -> List[RefusedOp]:
     """Lower every ``torch.operator`` under ``root`` that ``registry`` holds; return the refusals.
 
     ``defer_checks``: move the run-time checks to the end of their function
     (deferred_checks.py); None: with device=gpu only.  The IREE backends
-    defer them on every device.
+    defer them on every device; ``"result"`` (iree-cpu) makes each public
+    function return them instead, for the caller to read.
     (The guard pass runs its own registry through this driver, without the uint8 routing.)"""
     root = root.operation
     ir, rewrite = bindings_of(root)
@@ -155,7 +156,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
         defer_checks = options is not None and options.device == "gpu"
     if defer_checks and not refused:
         after_results = options is not None and options.device == "cpu"  # (iree-cuda: not measured)
-        defer_runtime_checks(root, ir, after_results)  # deferred_checks.py: one host read per call, at the end
+        # deferred_checks.py: one host read per call, at the end; or none, the checks returned
+        defer_runtime_checks(root, ir, after_results, as_result=defer_checks == "result")
     return refused
 
 

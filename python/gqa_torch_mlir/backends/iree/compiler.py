@@ -283,8 +283,9 @@ class IreeBackend:
         if refused:
             return GUARD_ARGUMENT, refused
         # Checks deferred on the CPU too: each mid-step read made local-task's workers stop and restart
-        # (deferred_checks.py).
-        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options, defer_checks=True)
+        # (deferred_checks.py); there returned, read by runtime.py after the call (no wait mid-call).
+        defer = "result" if self.target.driver == "local" else True
+        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options, defer_checks=defer)
 
     def compile_lowered(self, lowered: LoweredModule) -> bytes:
         """IREE's compilation of a lowered module to a VM flatbuffer (in place: consumes the module).

@@ -55,8 +55,9 @@ _ELEMENT_TYPES = {  # the numpy element types this path uploads (bool and unsign
 class _Plan:
     """One function's VM handle, and per result (all tensors) the dtype the caller wants."""
 
-    def __init__(self, function: str, vm_function, wants: List[Optional[np.dtype]]) -> None:
+    def __init__(self, function: str, vm_function, wants: List[Optional[np.dtype]], checks: bool) -> None:
         self.function, self.vm_function, self.wants, self.results = function, vm_function, wants, len(wants)
+        self.checks = checks  # the VM returns the run-time checks after the results (runtime.py)
         # With share_buffers: the results whose arrays were fed back to the next call (kept
         # resident), those that were not (copied once small), and the last call's result arrays
         # (by id) with their index.
@@ -95,13 +96,15 @@ class FastCalls:
                 return None
             arg_list, residents, uploaded, passed_refs = packed
             m.uploaded_bytes = uploaded
-            ret = ireert.VmVariantList(plan.results)
+            ret = ireert.VmVariantList(plan.results + plan.checks)
             try:
                 m._context.invoke(plan.vm_function, arg_list, ret)
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
             except RuntimeError as e:
                 raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
+            if plan.checks:
+                m.raise_failed_check(function, bytes(ret.get_as_object(plan.results, ireert.HalBufferView).map()))
             refs = [(device_array._buffer_view.ref, host) for device_array, host in residents]
             if m.share_buffers:
                 plan.learn_fed_back(residents)
@@ -121,7 +124,8 @@ class FastCalls:
             tensors = all(hasattr(r, "_buffer_view") for r in results)
             vm_function = self._module._invoker(function).vm_function
             wants = [self._module._want_dtype(function, i) for i in range(len(results))]
-            self._plans[function] = _Plan(function, vm_function, wants) if tensors else None
+            checks = self._module.checks(function) is not None
+            self._plans[function] = _Plan(function, vm_function, wants, checks) if tensors else None
 
     def _arguments(self, function: str, args) -> Optional[Tuple[object, List, int, List]]:
         """(the VM's argument list, the resident (device array, host array) pairs, bytes uploaded or

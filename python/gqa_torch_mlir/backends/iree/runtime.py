@@ -25,7 +25,7 @@ from iree import runtime as ireert
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
 from .fast_call import FastCalls
 from .host_import import InPlaceFeeds
-from .vm_results import as_dtype, vm_failure
+from .vm_results import as_dtype, check_messages, failed_check, vm_failure
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
 
@@ -112,6 +112,7 @@ class IreeCompiledModule:
         self._module = ireert.VmModule.copy_buffer(self._instance, vmfb)
         self._context = ireert.VmContext(self._instance, modules=[hal, self._module])
         self._invokers = {}
+        self._checks = {}  # function -> its returned checks' messages, or None
         self._lock = threading.Lock()
         # Large numpy feeds read in place on the CPU, unaligned ones from a staging copy (host_import.py);
         # device memory elsewhere.
@@ -137,6 +138,19 @@ class IreeCompiledModule:
                 raise RuntimeInvocationError(f"no public function @{function}; the module has: {', '.join(self.functions())}")
             invoker = self._invokers[function] = ireert.FunctionInvoker(self._context, self._device, fn)
         return invoker
+
+    def checks(self, function: str) -> Optional[List[str]]:
+        """The messages of the run-time checks ``function`` returns as its last result (the
+        iree-cpu backend's modules: deferred_checks.py), else None.  That result is read after
+        each call and dropped: a failed check raises :class:`RuntimeInvocationError`."""
+        if function not in self._checks:
+            self._checks[function] = check_messages(self._invoker(function).vm_function)
+        return self._checks[function]
+
+    def raise_failed_check(self, function: str, flags: bytes) -> None:
+        failed = failed_check(flags, self._checks[function])
+        if failed is not None:
+            raise RuntimeInvocationError(f"@{function}: {failed}")
 
     def invoke(self, function: str, *args: np.ndarray) -> Tuple[np.ndarray, ...]:
         """Call ``function``; the results are always a tuple of numpy arrays.
@@ -188,6 +202,9 @@ class IreeCompiledModule:
             except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
                 raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
             results = results if isinstance(results, tuple) else (results,)
+            if self.checks(function) is not None:  # the function's run-time checks, returned last
+                results, flags = results[:-1], results[-1]
+                self.raise_failed_check(function, bytes(flags._buffer_view.map()))
             if self._fast is not None:
                 self._fast.learn(function, results)
             if learning:
