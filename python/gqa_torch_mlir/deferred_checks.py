@@ -23,10 +23,9 @@ The conjunction is computed where its last check is, not at the end: IREE
 one more command buffer after the attention, and one more wait for it.  But
 IREE then reads it as soon as those dispatches are done, before the rest of
 the step is submitted: a wait mid-step, free only while the step read its
-row lengths there anyway.  With ``after_results`` (the CPU form, whose decode
-steps no longer read them: "CPU, round 18") the read conjunction also takes
-the first element of the function's first float result, in a test that is
-always true (NaN or not): one submission, one wait, at the end.
+row lengths there anyway.  (Round 18's CPU form tied the read to the
+function's first result, so that it came after the step's work; the CPU form
+now returns the checks instead, below.)
 
 With ``as_result`` (the iree-cpu backend) nothing is read in the module: a
 public function returns its checks' i1s as one more result, ``[K] i1`` in
@@ -55,16 +54,15 @@ from __future__ import annotations
 
 import json
 
-from .builder import Tensor, TorchBuilder, TypeCache, parse_vtensor_type
+from .builder import Tensor, TorchBuilder, TypeCache
 
 ASSERT = "torch.runtime.assert"
 CHECKS_KEY = "gqa.checks"  # the reflection entry naming a returned checks result's messages
 READ = "torch.aten.Bool.Tensor"
 
 
-def defer_runtime_checks(root, ir, after_results: bool = False, as_result: bool = False) -> int:
+def defer_runtime_checks(root, ir, as_result: bool = False) -> int:
     """Move the checks of every top-level function under ``root`` to its end; returns how many.
-    ``after_results``: their read waits for the function's results (:func:`_after_results`).
     ``as_result``: a public function returns its checks instead (:func:`_returned`)."""
     types = TypeCache(ir, root.context)
     moved = 0
@@ -72,11 +70,11 @@ def defer_runtime_checks(root, ir, after_results: bool = False, as_result: bool 
         if op.operation.name == "func.func" and len(op.regions[0].blocks) == 1:
             public = "sym_visibility" not in op.operation.attributes
             returned = as_result and public
-            moved += _defer(op.operation, ir, types, after_results, returned)
+            moved += _defer(op.operation, ir, types, returned)
     return moved
 
 
-def _defer(func, ir, types: TypeCache, after_results: bool = False, as_result: bool = False) -> int:
+def _defer(func, ir, types: TypeCache, as_result: bool = False) -> int:
     block = func.regions[0].blocks[0]
     joined_by_branch = []  # (the hoisted checks' If results, their conjunction's If result)
     for op in [op.operation for op in block.operations]:
@@ -102,8 +100,7 @@ def _defer(func, ir, types: TypeCache, after_results: bool = False, as_result: b
         return len(on_tensors)
     joined = _conjunction(ops, _conjuncts([read.operands[0] for read, _ in on_tensors], joined_by_branch), ir, types, ret.location)
     at_end = TorchBuilder(ir, types, ir.InsertionPoint(ret), ret.location)
-    read_last = _after_results(at_end, joined, ret) if after_results else joined
-    all_ok = at_end.op(READ, [read_last.value], ["!torch.bool"])[0]
+    all_ok = at_end.op(READ, [joined.value], ["!torch.bool"])[0]
     branch = ir.Operation.create("torch.prim.If", results=[], operands=[all_ok], regions=2, loc=ret.location, ip=ir.InsertionPoint(ret))
     ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[0].blocks.append()))
     end = ir.Operation.create("torch.prim.If.yield", loc=ret.location, ip=ir.InsertionPoint(branch.regions[1].blocks.append()))
@@ -138,32 +135,6 @@ def _returned(func, on_tensors, ir, types: TypeCache) -> int:
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(signature.inputs, results, context), context)
     func.attributes["iree.reflection"] = ir.DictAttr.get({CHECKS_KEY: ir.StringAttr.get(json.dumps(messages), context)}, context)
     return len(on_tensors)
-
-
-def _after_results(tb: TorchBuilder, joined: Tensor, ret) -> Tensor:
-    """``joined`` made to depend on the function's first float result of static, nonzero size (its
-    first element is NaN or not: always true, but not to the compiler), so that IREE reads the
-    checks after the step's work, with its results.  Read as soon as their own dispatches were
-    done, they made the host wait for the device mid-step, once the row lengths were no longer
-    read there (benchmarks/README.md, "CPU, round 18"): on local-task a wait and a second
-    submission, each waking the workers.  ``joined`` as it is where no result qualifies."""
-    for value in ret.operands:
-        t = _static_float(value)
-        if t is not None:
-            first_1 = tb.slice(tb.flatten(t, 0, t.rank - 1) if t.rank > 1 else t, 0, 0, 1)  # -> [N] -> [1]
-            return tb.logical_and(joined, tb.logical_or(tb.le(first_1, first_1), tb.isnan(first_1)))  # [] and [1] -> [1]
-    return joined
-
-
-def _static_float(value):
-    """``value`` as a Tensor when it is a float vtensor of static, nonzero size with rank >= 1, else None."""
-    parsed = parse_vtensor_type(str(value.type))
-    if parsed is None:
-        return None
-    shape, dtype = parsed
-    if dtype not in ("f32", "f16", "bf16", "f64") or not shape or None in shape or 0 in shape:
-        return None
-    return Tensor(value, shape, dtype)
 
 
 def _conjuncts(values, joined_by_branch) -> list:

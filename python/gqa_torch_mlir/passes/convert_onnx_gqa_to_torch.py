@@ -155,9 +155,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     if defer_checks is None:
         defer_checks = options is not None and options.device == "gpu"
     if defer_checks and not refused:
-        after_results = options is not None and options.device == "cpu"  # (iree-cuda: not measured)
         # deferred_checks.py: one host read per call, at the end; or none, the checks returned
-        defer_runtime_checks(root, ir, after_results, as_result=defer_checks == "result")
+        defer_runtime_checks(root, ir, as_result=defer_checks == "result")
     return refused
 
 
