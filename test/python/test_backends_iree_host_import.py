@@ -1,5 +1,6 @@
 """iree-cpu reads large, 64-byte-aligned numpy feeds in place, others through staging copies
-(backends/iree/host_import.py).
+(backends/iree/host_import.py), and 16-byte-aligned ones in place where only the fused decode
+kernel reads them (backends/iree/feed_alignment.py).
 
 Each test checks the numbers against onnxruntime, that no feed ever changes,
 and what was uploaded (``uploaded_bytes``): the caches are read in place
@@ -8,11 +9,15 @@ after a function's first call unless the function writes or returns them.
 
 from __future__ import annotations
 
+import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree import IreeCpuBackend
 from gqa_torch_mlir.backends.iree.host_import import ALIGNMENT, MIN_BYTES, aligned_empty, copy_split, readable_in_place, stageable
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, compare, make_inputs, make_model, run_onnxruntime
 
@@ -26,20 +31,24 @@ def aligned(a: np.ndarray) -> np.ndarray:
     return copy
 
 
-def unaligned(a: np.ndarray) -> np.ndarray:
-    """A copy of ``a`` whose data starts 16 bytes past a 64-byte boundary (where numpy's large arrays usually start)."""
+def unaligned(a: np.ndarray, offset: int = 16) -> np.ndarray:
+    """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte boundary (16: where numpy's large arrays usually start)."""
     raw = np.empty(a.nbytes + 2 * ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data % ALIGNMENT) + 16
+    start = (-raw.ctypes.data % ALIGNMENT) + offset
     copy = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     copy[...] = a
     return copy
+
+
+def off_by_8(a: np.ndarray) -> np.ndarray:
+    return unaligned(a, 8)
 
 
 def run(sess, feeds):
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
-def check_steps(cfg: GQAConfig, place, calls: int = 3):
+def check_steps(cfg: GQAConfig, place, calls: int = 3, threads: int = 1, attention=None):
     """``calls`` runs of one model on the same feeds (the caches passed through ``place``):
     each matches onnxruntime and leaves every feed as it was; returns the bytes each call uploaded."""
     model, feeds = make_model(cfg), make_inputs(cfg, seed=11)
@@ -47,7 +56,7 @@ def check_steps(cfg: GQAConfig, place, calls: int = 3):
     ours = dict(feeds, past_key=place(feeds["past_key"]), past_value=place(feeds["past_value"]))
     before = {k: np.array(v) for k, v in ours.items() if isinstance(v, np.ndarray)}
     want = run_onnxruntime(model, feeds)
-    sess = InferenceSession(model, backend="iree-cpu", threads=1)
+    sess = InferenceSession(model, backend="iree-cpu", threads=threads, attention=attention)
     uploaded = []
     for i in range(calls):
         got = run(sess, ours)
@@ -74,9 +83,23 @@ def test_a_growing_cache_is_read_in_place_after_the_first_call():
     assert uploaded[1] == uploaded[2] < caches, uploaded  # then only the small feeds are copied
 
 
-def test_unaligned_caches_are_copied():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_numpys_caches_only_the_fused_kernel_reads_are_read_in_place(threads):
+    """A growing cache 16 bytes past a 64-byte boundary, read only by the fused kernel's write
+    variant (compiled for 16-byte bindings): read in place, neither uploaded nor staged."""
+    cfg = GQAConfig(past=255, rotary=True, **HEADS)
+    ours, uploaded = check_steps(cfg, unaligned, threads=threads)
+    caches = ours["past_key"].nbytes + ours["past_value"].nbytes
+    assert not readable_in_place(ours["past_key"])  # not at IREE's 64 bytes
+    assert uploaded[1] == uploaded[2] < caches, uploaded
+
+
+@pytest.mark.parametrize("place, attention", [(off_by_8, None), (unaligned, "decomposed")], ids=["off_by_8", "decomposed"])
+def test_unaligned_caches_are_copied(place, attention):
+    """Not read in place: a cache 8 bytes past a boundary (the kernel's code assumes 16), and one
+    that IREE's own dispatches read (the decomposed attention's, compiled for 64)."""
     cfg = GQAConfig(past=255, **HEADS)
-    ours, uploaded = check_steps(cfg, unaligned)
+    ours, uploaded = check_steps(cfg, place, attention=attention)
     assert not readable_in_place(ours["past_key"])
     assert all(u >= ours["past_key"].nbytes + ours["past_value"].nbytes for u in uploaded), uploaded
 
@@ -149,3 +172,20 @@ def test_our_outputs_fed_back_as_numpy_are_read_in_place():
             assert sess.uploaded_bytes < ours_feeds["past_key"].nbytes, (i, sess.uploaded_bytes)
         ours = got["present_key"], got["present_value"]
         theirs = want["present_key"], want["present_value"]
+
+
+@pytest.mark.parametrize("cfg, named", [
+    (GQAConfig(past=255, rotary=True, **HEADS), True),  # the write variant reads the past, writes present
+    (GQAConfig(past=256, past_lens=(200,), fixed_capacity=True, **HEADS), False),  # the buffer written in place
+    (GQAConfig(past=255, dynamic=True, **HEADS), False),  # IREE's own copy of the past into present
+], ids=["growing", "written_in_place", "dynamic"])
+def test_only_feeds_the_kernel_alone_reads_are_named(cfg, named):
+    """The fused kernel's executable is compiled for 16-byte bindings, and the function's
+    reflection names the caches (as ``json.dumps`` writes it) only where that executable alone
+    reads them and writes none of them (backends/iree/feed_alignment.py)."""
+    model = make_model(cfg)
+    text = IreeCpuBackend(threads=1).lower(model).asm()
+    assert "min_buffer_offset_alignment = 16" in text
+    names = [i.name for i in model.graph.input]
+    positions = json.dumps([names.index("past_key"), names.index("past_value")])
+    assert (f'gqa.feeds_at_16 = "{positions}"' in text) == named, re.findall(r"gqa.feeds_at_16 = [^,}]*", text)

@@ -23,8 +23,10 @@ def bindings(s, m) -> str:
     ``s``: the KernelShape, ``m``: its memref types."""
     return f"""      %NK = stream.binding.subspan %nkb[%c0] : !stream.binding -> {m.new}{m.q_dims}
       %NV = stream.binding.subspan %nvb[%c0] : !stream.binding -> {m.new}{m.q_dims}
-      %WK = stream.binding.subspan %wkb[%c0] : !stream.binding -> {m.present}{m.present_dims}
-      %WV = stream.binding.subspan %wvb[%c0] : !stream.binding -> {m.present}{m.present_dims}
+      %WKb = stream.binding.subspan %wkb[%c0] : !stream.binding -> {m.present}{m.present_dims}
+      %WVb = stream.binding.subspan %wvb[%c0] : !stream.binding -> {m.present}{m.present_dims}
+      %WK = memref.assume_alignment %WKb, 64 : {m.present}
+      %WV = memref.assume_alignment %WVb, 64 : {m.present}
       %cS = arith.constant {s.seq} : index
       %cP = {"arith.subi %t, %cS : index" if s.past is None else f"arith.constant {s.past} : index"}"""
 

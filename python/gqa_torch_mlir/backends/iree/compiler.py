@@ -83,7 +83,7 @@ from ...passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerin
 from ...pipeline import ModelLike, load_model
 from ...repro import repro_command, save_stage_input
 from .runtime import IreeCompiledModule
-from . import tuning
+from . import feed_alignment, tuning
 from .targets import TARGETS
 
 __all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
@@ -172,7 +172,14 @@ def _unique_lines(text: str) -> List[str]:
 
 
 def _asm(module) -> str:
-    return module.operation.get_asm(enable_debug_info=True)
+    return _parsable(module.operation.get_asm(enable_debug_info=True))
+
+
+def _parsable(asm: str) -> str:
+    """IREE 3.13 prints a ``#stream.resource_config``'s boolean as 0 or 1, which its parser refuses
+    (the fused kernel's executable has one: kernels/decode_attention.py)."""
+    return asm.replace("alias_mutable_bindings = 0,", "alias_mutable_bindings = false,").replace(
+        "alias_mutable_bindings = 1,", "alias_mutable_bindings = true,")
 
 
 @dataclass
@@ -191,7 +198,7 @@ class LoweredModule:
     proto: onnx.ModelProto
 
     def asm(self) -> str:
-        return str(self.module)
+        return _parsable(str(self.module))
 
 
 def _onnx_dtype(elem_type: int) -> np.dtype:
@@ -285,7 +292,10 @@ class IreeBackend:
         # Checks deferred on the CPU too: each mid-step read made local-task's workers stop and restart
         # (deferred_checks.py); there returned, read by runtime.py after the call (no wait mid-call).
         defer = "result" if self.target.driver == "local" else True
-        return PASS_ARGUMENT, apply_lowerings(module.operation, options=self.options, defer_checks=defer)
+        refused = apply_lowerings(module.operation, options=self.options, defer_checks=defer)
+        if not refused and self.target.driver == "local":  # the feeds read in place at 16 bytes (feed_alignment.py)
+            feed_alignment.annotate(ir, module.operation)
+        return PASS_ARGUMENT, refused
 
     def compile_lowered(self, lowered: LoweredModule) -> bytes:
         """IREE's compilation of a lowered module to a VM flatbuffer (in place: consumes the module).

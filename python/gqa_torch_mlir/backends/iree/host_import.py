@@ -7,10 +7,12 @@ read in place; any that fails keeps the copy:
 
 * **Alignment.** IREE's llvm-cpu dispatches are compiled for bindings
   aligned to 64 bytes; compiled for 16 (numpy's own guarantee), the attention
-  matmuls ran 2-3x slower.  So only a feed whose data starts on a 64-byte
-  boundary is imported: arrays this package returns (IREE's buffers) and
-  :func:`aligned_empty` arrays are; numpy's large arrays usually sit 16 bytes
-  past one.
+  matmuls ran 2-3x slower.  So a feed is imported only if its data starts on
+  a 64-byte boundary (arrays this package returns, IREE's buffers, and
+  :func:`aligned_empty` arrays do; numpy's large arrays usually sit 16 bytes
+  past one), or on a 16-byte one where the function's reflection says only
+  the fused decode kernel reads it (feed_alignment.py: that kernel is
+  compiled for 16, at no cost to its speed).
 * **Writes.** A compiled function may write an argument's buffer in place and
   return it: a fixed-capacity cache's new rows go into the past buffer, which
   comes back as present. A user's feed must never change, so each function's
@@ -22,7 +24,7 @@ read in place; any that fails keeps the copy:
   integer and boolean feeds are converted on the way in).
 
 On a device of several worker threads, a feed that may be read in place but
-is not aligned (or not writable) is copied into a staging array of our own,
+is not aligned enough (or not writable) is copied into a staging array of our own,
 aligned, kept per function and argument and reused call after call, which is
 then read in place: the copy is split over as many threads (numpy's copy
 releases the GIL), where IREE's upload copies on one (a numpy-fed growing
@@ -37,16 +39,17 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from iree import runtime as ireert
 from iree.runtime.array_interop import map_dtype_to_element_type
 
-__all__ = ["ALIGNMENT", "MIN_BYTES", "InPlaceFeeds", "aligned_empty"]
+__all__ = ["ALIGNMENT", "LENIENT_ALIGNMENT", "MIN_BYTES", "InPlaceFeeds", "aligned_empty"]
 
 ALIGNMENT = 64  # bytes: what IREE's CPU dispatches assume of every binding
+LENIENT_ALIGNMENT = 16  # bytes: what the fused decode kernel assumes (an argument only it reads: feed_alignment.py)
 MIN_BYTES = 64 * 1024
 
 _MEMORY_TYPE = int(ireert.MemoryType.HOST_LOCAL | ireert.MemoryType.DEVICE_VISIBLE)
@@ -67,11 +70,11 @@ def _large_float(a) -> bool:
     return isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.nbytes >= MIN_BYTES
 
 
-def readable_in_place(a) -> bool:
+def readable_in_place(a, alignment: int = ALIGNMENT) -> bool:
     return (
         stageable(a)
         and a.flags.writeable  # IREE's import asks a writable buffer (it only reads it: see above)
-        and a.ctypes.data % ALIGNMENT == 0
+        and a.ctypes.data % alignment == 0
     )
 
 
@@ -124,6 +127,7 @@ class InPlaceFeeds:
     def __init__(self, device, copy_threads: int = 1) -> None:
         self._device = device
         self._copied: Dict[str, Set[int]] = {}  # function -> positions always copied
+        self._at_16: Dict[str, FrozenSet[int]] = {}  # function -> positions its code reads at 16 bytes
         self._staging: Dict[Tuple[str, int], _Staging] = {}  # (function, position) -> its staging array
         self._parts = max(1, copy_threads)
         self._pool = _copy_pool(self._parts - 1) if self._parts > 1 else None
@@ -144,7 +148,7 @@ class InPlaceFeeds:
 
     def in_place(self, function: str, i: int, a):
         """``a`` read in place: from its own memory, or copied into its staging array; else ``a``."""
-        if readable_in_place(a):
+        if readable_in_place(a, LENIENT_ALIGNMENT if i in self._at_16.get(function, ()) else ALIGNMENT):
             return self.imported(a)
         if self._pool is None or not stageable(a):  # one thread: IREE's upload copies as fast
             return a
@@ -172,8 +176,11 @@ class InPlaceFeeds:
             for i, a in enumerate(args) if _large_float(a)
         }
 
-    def learn(self, function: str, args: Sequence, copies: Dict[int, object], results: List) -> None:
-        """Which trial copies the call wrote or returned: those positions are copied from now on."""
+    def learn(self, function: str, args: Sequence, copies: Dict[int, object], results: List,
+              at_16: FrozenSet[int] = frozenset()) -> None:
+        """Which trial copies the call wrote or returned: those positions are copied from now on.
+        ``at_16``: the positions the function's code reads at 16-byte alignment (feed_alignment.py)."""
+        self._at_16[function] = at_16
         mapped = [np.asarray(r.to_host()) for r in results if hasattr(r, "to_host")]
         copied = {i for i in range(len(args)) if i not in copies}
         for i, copy in copies.items():

@@ -24,6 +24,7 @@ from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
 from .fast_call import FastCalls
+from .feed_alignment import feeds_at_16
 from .host_import import InPlaceFeeds
 from .vm_results import as_dtype, check_messages, failed_check, vm_failure
 
@@ -208,7 +209,7 @@ class IreeCompiledModule:
             if self._fast is not None:
                 self._fast.learn(function, results)
             if learning:
-                self._in_place.learn(function, hosts, trial, list(results))
+                self._in_place.learn(function, hosts, trial, list(results), feeds_at_16(invoker.vm_function))
         return results, residents
 
     def resident(self, array: np.ndarray) -> np.ndarray:
