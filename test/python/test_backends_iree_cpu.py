@@ -92,9 +92,10 @@ CASES = [
 
 
 # Cases also run on 2 worker threads: prefills and dynamic shapes, whose dispatches split
-# into several workgroups (a decode step of batch 2 with static dims hardly splits).
+# into several workgroups (a decode step of batch 2 with static dims hardly splits).  The fast
+# tier runs those on 2 threads only.
 TWO_THREADS = {"prefill", "prefill_f16", "dynamic_mqa_packed_rotary", "gemma2_like_f16", "fixed_capacity_dynamic_rotary", "int4_cache_per_channel_dynamic"}
-THREADED_CASES = [(c, 1) for c in CASES] + [(c, 2) for c in CASES if c[0] in TWO_THREADS]
+THREADED_CASES = [(c, 1) for c in CASES if EXTENDED or c[0] not in TWO_THREADS] + [(c, 2) for c in CASES if c[0] in TWO_THREADS]
 
 
 @pytest.mark.parametrize("case,threads", THREADED_CASES, ids=[f"{c[0]}-{t}thread{'s' * (t > 1)}" for c, t in THREADED_CASES])

@@ -43,7 +43,7 @@ from gqa_torch_mlir import CompileStageError, InferenceSession
 from gqa_torch_mlir.backends.iree import tuning
 from gqa_torch_mlir.backends.refbackend import RefBackend
 from gqa_torch_mlir.testing.isolated import run_isolated, run_isolated_each
-from gqa_torch_mlir.testing.tiers import EXTENDED, one_per_family
+from gqa_torch_mlir.testing.tiers import EXTENDED, across, one_per_family
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "decoders"
 DECODERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "model.onnx").is_file()) if FIXTURES.is_dir() else []
@@ -139,8 +139,12 @@ def compiled_decoder(name: str) -> CompiledGraph:
     return _COMPILED[name]
 
 
-@pytest.mark.parametrize("shared_capacity", [0, SHARED_CAPACITY], ids=["growing-cache", "shared-128-buffers"])
-@pytest.mark.parametrize("name", one_per_family([n for n in DECODERS if n not in REFUSED]))  # fast tier: one per architecture
+# The fast tier: one fixture per architecture, the two cache modes taken in turn; the extended: every pair.
+DECODER_RUNS = across(one_per_family([n for n in DECODERS if n not in REFUSED]), [0, SHARED_CAPACITY])
+
+
+@pytest.mark.parametrize("name, shared_capacity", DECODER_RUNS,
+                         ids=[f"{n}-{'shared-128-buffers' if c else 'growing-cache'}" for n, c in DECODER_RUNS])
 def test_decoder_matches_onnxruntime(name, shared_capacity):
     """Growing caches, and fixed 128-row buffers fed back as past (onnxruntime-genai's
     shared-buffer mode: total_sequence_length <= capacity, rows written in place)."""

@@ -2,9 +2,11 @@
 
 CI runs the fast tier.  ``GQA_EXTENDED=1`` runs the extended one: the whole
 GroupQueryAttention end-to-end matrix instead of its all-pairs subset, and
-more property draws and mutations, every decoder fixture (the fast tier: one per
-architecture) and every case on every backend where the fast tier takes the
-backends in turn (``across``).  A variable of its own still overrides each
+more property draws and mutations, every decoder fixture in both cache modes
+(the fast tier: one per architecture, the modes in turn), every case on every
+backend where the fast tier takes the backends in turn (``across``), and each
+CUDA matrix case both compiled for CUDA and run in its GPU form on the CPU (the
+fast tier: one or the other), every 2-thread iree-cpu case on 1 thread too.  A variable of its own still overrides each
 count (``GQA_PROPERTY_EXAMPLES``, ``GQA_MUTATION_EXAMPLES``, ``GQA_FULL_MATRIX``).
 """
 
