@@ -1,6 +1,6 @@
 """One GroupQueryAttention decode step (B=1, S=1, H=32, Hkv=8, Dh=128, fp32):
 ours on iree-cpu against onnxruntime's kernel, torch-mlir's own lowering and
-the KV-cache reading bound, measured alternately in one process.
+the KV-cache reading bound, measured alternately (each round in a new random order) in one process.
 
     .venv/bin/python benchmarks/decode_step.py [--past 1023 4095] [--threads 1 2] [--repeats 30]
 
@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import re
 import statistics
 import subprocess
@@ -314,11 +315,17 @@ def build_runners(past: int, threads: int, source: Optional[str] = None) -> Dict
 
 
 def measure(runners: Dict[str, Runner], repeats: int) -> Dict[str, float]:
+    """Medians of ``repeats`` rounds, each running every runner once, in a new random order (seeded):
+    alternated, load changes hit every runner alike; shuffled, each follows onnxruntime as often,
+    whose runs evict the caches of the one after it (in a fixed order the runner after onnxruntime
+    came out 40-300 us slower on the AMD guest, whichever it was: README.md, "CPU, round 22")."""
     times = {k: [] for k in runners}
-    for _ in range(repeats):  # alternate so load changes hit every runner alike
-        for key, r in runners.items():
+    order, shuffle = list(runners), random.Random(0).shuffle
+    for _ in range(repeats):
+        shuffle(order)
+        for key in order:
             t = time.perf_counter()
-            r.run()
+            runners[key].run()
             times[key].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in times.items()}
 
