@@ -35,6 +35,8 @@ def annotate(ir, module) -> None:
     only read by code compiled for 16-byte bindings: its positions in its reflection."""
     body = module.regions[0].blocks[0]
     lenient = {_name(ir, op): True for op in body.operations if _lenient_executable(op.operation)}
+    if not lenient:
+        return
     for func in body.operations:
         if func.operation.name != "func.func" or _visibility(ir, func) != "public" or not func.regions[0].blocks:
             continue
@@ -80,13 +82,25 @@ def _reads_at_16(ir, dispatch, operand: int, lenient: Dict[str, bool]) -> bool:
     return operand >= workload and operand - workload not in tied
 
 
+_DEAD_SEARCH = 64  # ops looked at before a use counts as live (the leftovers are short chains)
+
+
 def _dead(op) -> bool:
-    """A pure torch op whose results no live op uses (our lowering leaves the decomposed form's
-    unused ops to IREE's canonicalisation: a growing cache's cat of past and new rows when the
-    kernel writes present)."""
-    if not (op.name.startswith("torch.aten.") or op.name == "torch.prim.ListConstruct") or not len(op.results):
-        return False
-    return all(_dead(use.owner) for result in op.results for use in result.uses)
+    """A pure torch op whose results no live op uses, found within _DEAD_SEARCH ops (our lowering
+    leaves the decomposed form's unused ops to IREE's canonicalisation: a growing cache's cat of
+    past and new rows when the kernel writes present)."""
+    pending, seen = [op], 0
+    while pending:
+        op = pending.pop()
+        seen += 1
+        if seen > _DEAD_SEARCH or not _pure(op):
+            return False
+        pending.extend(use.owner for result in op.results for use in result.uses)
+    return True
+
+
+def _pure(op) -> bool:
+    return (op.name.startswith("torch.aten.") or op.name == "torch.prim.ListConstruct") and len(op.results) > 0
 
 
 def _set_reflection(ir, func, key: str, text: str) -> None:

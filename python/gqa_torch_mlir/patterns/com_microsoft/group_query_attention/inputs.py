@@ -83,7 +83,8 @@ class CacheStep:
     read_value: Tensor
     key_pos: Tensor  # si64 absolute position of each read row: [R], or [B,1,R] (window cache)
     window: Optional[Any] = None  # a window cache's WindowPlan (window_cache.py builds on these records)
-    # Every read row is read by every batch row (one batch row, read on its rows [0, seqlens_k + 1)):
+    # Every read row is read by every batch row (one batch row, read on its rows [0, seqlens_k + 1)),
+    # or a row none reads holds 0 (an empty past: new rows and the growth's zero rows only):
     # nothing to zero before P.V, and no count of the rows all batch rows read to read back.
     every_row_read: bool = False
     write: Optional[CacheWrite] = None  # the write as a kernel may make it (a growing cache of one batch row)

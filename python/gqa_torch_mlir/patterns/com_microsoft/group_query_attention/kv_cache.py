@@ -56,7 +56,11 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         read_key_BHkvRDc = tb.slice(present_key_BHkvTDc, 2, 0, rows)  # [B,Hkv,T,Dc] -> [B,Hkv,R,Dc]
         read_value_BHkvRDc = tb.slice(present_value_BHkvTDc, 2, 0, rows)
     key_pos_R = tb.arange(tb.size(read_key_BHkvRDc, 2))
-    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R)
+    # An empty past (a first prompt): every row is a new row, which its batch row reads, or a zero
+    # row the growth added, so no row needs zeroing against a NaN (a 4% select of a 1024-token prefill).
+    no_past = isinstance(P, int) and P == 0
+    return CacheStep(present_key_BHkvTDc, present_value_BHkvTDc, read_key_BHkvRDc, read_value_BHkvRDc, key_pos_R,
+                     every_row_read=no_past)
 
 
 def _fresh_buffer_of_many_rows(growth: Optional[int], step: Step) -> bool:
