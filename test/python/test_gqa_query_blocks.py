@@ -8,6 +8,8 @@ one P.V matmul each, and a one-row decode reads back one length, not two.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -198,3 +200,16 @@ def test_cache_branches_match_onnxruntime_call_after_call(threads):
         problems = compare(cfg, got, run_onnxruntime(growing, feeds), feeds)
         assert not problems, f"growing, call {i}, {cfg.name}:\n" + "\n".join(problems)
         kept.append(got)
+
+
+def zeroed_value_blocks(model) -> int:
+    """Selects that zero V's rows a batch row does not read ([1,Hkv,K,Dh] <- 0), in the torch IR."""
+    return len(re.findall(r"torch\.aten\.where\.ScalarOther .* -> !torch\.vtensor<\[1,2,\d+,16\],f32>", str(compile(model, "torch"))))
+
+
+@pytest.mark.parametrize("past", [0, 4])
+def test_a_first_prompt_zeroes_no_rows(past):
+    """An empty past holds no row a batch row does not read but the growth's zeros: no select zeroes
+    V before each block's P.V (kv_cache.py); a past of 4 rows keeps one a block (2 blocks of 64)."""
+    model = make_model(C(batch=1, seq=128, past=past, num_heads=4, kv_num_heads=2, head_size=16))
+    assert zeroed_value_blocks(model) == (0 if past == 0 else 2)
