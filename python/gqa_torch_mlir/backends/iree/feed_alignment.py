@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet
 __all__ = ["FEEDS_KEY", "annotate", "feeds_at_16"]
 
 FEEDS_KEY = "gqa.feeds_at_16"
-LENIENT = 16  # bytes
+LENIENT = 16  # bytes: the most an executable may assume for its bindings to be named (numpy's alignment)
 _PASS_THROUGH = ("torch_c.to_builtin_tensor", "tensor.cast")
 _SHAPE_ONLY = ("torch.aten.size.int", "torch.aten.dim", "tensor.dim")
 _OFFSET_ALIGNMENT = re.compile(r"min_buffer_offset_alignment = (\d+)")

@@ -46,10 +46,12 @@ import numpy as np
 from iree import runtime as ireert
 from iree.runtime.array_interop import map_dtype_to_element_type
 
+from . import feed_alignment
+
 __all__ = ["ALIGNMENT", "LENIENT_ALIGNMENT", "MIN_BYTES", "InPlaceFeeds", "aligned_empty"]
 
 ALIGNMENT = 64  # bytes: what IREE's CPU dispatches assume of every binding
-LENIENT_ALIGNMENT = 16  # bytes: what the fused decode kernel assumes (an argument only it reads: feed_alignment.py)
+LENIENT_ALIGNMENT = feed_alignment.LENIENT  # bytes: where only the fused decode kernel reads an argument
 MIN_BYTES = 64 * 1024
 
 _MEMORY_TYPE = int(ireert.MemoryType.HOST_LOCAL | ireert.MemoryType.DEVICE_VISIBLE)
