@@ -315,12 +315,13 @@ def build_runners(past: int, threads: int, source: Optional[str] = None) -> Dict
 
 
 def measure(runners: Dict[str, Runner], repeats: int) -> Dict[str, float]:
-    """Medians of ``repeats`` rounds, each running every runner once, in a new random order (seeded):
+    """Medians of ``repeats`` rounds, each running every runner once, in a new random order (a fresh
+    sequence each run, so that two runs are two samples of it):
     alternated, load changes hit every runner alike; shuffled, each follows onnxruntime as often,
     whose runs evict the caches of the one after it (in a fixed order the runner after onnxruntime
     came out 40-300 us slower on the AMD guest, whichever it was: README.md, "CPU, round 22")."""
     times = {k: [] for k in runners}
-    order, shuffle = list(runners), random.Random(0).shuffle
+    order, shuffle = list(runners), random.Random().shuffle
     for _ in range(repeats):
         shuffle(order)
         for key in order:
