@@ -1,6 +1,7 @@
 """Where one GroupQueryAttention step's time goes on iree-cpu, dispatch by dispatch.
 
     .venv/bin/python benchmarks/dispatch_profile.py [--case shared4095 growing1023 prefill256 ...] [--threads 1 2]
+    python3 dispatch_profile.py --from DIR/CPU --case shared1023   # the steps decode_step.py --prepare compiled
 
 Compiles the step as ``InferenceSession(backend="iree-cpu")`` does, runs it
 under ``iree-benchmark-module`` with IREE's caching allocator (as
@@ -31,15 +32,27 @@ import re
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from gqa_torch_mlir.backends.iree import IreeCpuBackend
 from gqa_torch_mlir.testing.gqa_onnx import GQAConfig, make_inputs, make_model
 
 HEADS = dict(batch=1, num_heads=32, kv_num_heads=8, head_size=128)
-TOOLS = os.path.dirname(sys.executable)
+
+
+def _tools() -> str:
+    """IREE's tools: beside this Python (a venv's scripts), else in the runtime package (a wheel
+    installed with --target, as on a host without the compiler)."""
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "iree-benchmark-module")):
+        return here
+    import iree.runtime
+
+    return os.path.join(os.path.dirname(iree.runtime.__file__), "..", "_runtime_libs")
+
+
+TOOLS = _tools()
 
 
 def config(case: str) -> GQAConfig:
@@ -52,21 +65,38 @@ def config(case: str) -> GQAConfig:
     return GQAConfig(seq=n, past=0, dynamic=dynamic, **HEADS)
 
 
-def write_step(case: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:
-    """The compiled step (vmfb), its function and ``--input=@file.npy`` flags."""
+def write_step(case: str, threads: int, tmp: str, source: Optional[str] = None) -> Tuple[str, str, List[str]]:
+    """The compiled step (vmfb), its function and ``--input=@file.npy`` flags; ``source``: a
+    directory of steps ``decode_step.py --prepare`` compiled (decode cases, no compiler needed)."""
     cfg = config(case)
     model, feeds = make_model(cfg), make_inputs(cfg)
-    compiled = IreeCpuBackend(threads=threads).compile(model)
-    vmfb = os.path.join(tmp, f"{case}.vmfb")
-    with open(vmfb, "wb") as f:
-        f.write(compiled.vmfb)
+    if source:
+        vmfb, function = prepared_step(case, source)
+    else:
+        from gqa_torch_mlir.backends.iree import IreeCpuBackend
+
+        compiled = IreeCpuBackend(threads=threads).compile(model)
+        vmfb, function = os.path.join(tmp, f"{case}.vmfb"), compiled.function
+        with open(vmfb, "wb") as f:
+            f.write(compiled.vmfb)
     inputs = []
     for i in model.graph.input:
         if feeds.get(i.name) is not None:
             path = os.path.join(tmp, f"{case}_{i.name}.npy")
             np.save(path, feeds[i.name])
             inputs.append(f"--input=@{path}")
-    return vmfb, compiled.function, inputs
+    return vmfb, function, inputs
+
+
+def prepared_step(case: str, source: str) -> Tuple[str, str]:
+    """(the vmfb of ``case`` in ``source``, its function), as decode_step.py names them."""
+    import iree.runtime as ireert
+    from decode_step import vmfb_name
+
+    kind, n, dyn = re.fullmatch(r"(growing|shared)(\d+)(dyn)?", case).groups()
+    vmfb = os.path.join(source, vmfb_name(f"{kind} dyn." if dyn else kind, int(n)))
+    module = ireert.VmModule.copy_buffer(ireert.VmInstance(), open(vmfb, "rb").read())
+    return vmfb, next(f for f in module.function_names if "$" not in f and not f.startswith("__"))
 
 
 def benchmark(vmfb: str, function: str, inputs: List[str], threads: int, extra: List[str]) -> str:
@@ -110,11 +140,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs="*", default=["shared4095", "growing1023", "prefill256"])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--from", dest="source", metavar="DIR",
+                        help="profile the decode steps decode_step.py --prepare compiled into DIR (a host without the compiler)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.case:
             for threads in args.threads:
-                vmfb, function, inputs = write_step(case, threads, tmp)
+                vmfb, function, inputs = write_step(case, threads, tmp, args.source)
                 wall = step_ms(benchmark(vmfb, function, inputs, threads, []))
                 profile = os.path.join(tmp, "step.ireeprof")
                 benchmark(vmfb, function, inputs, threads, ["--device_profiling_mode=host-execution,executable-metadata",
