@@ -143,6 +143,8 @@ def main() -> None:
     parser.add_argument("--from", dest="source", metavar="DIR",
                         help="profile the decode steps decode_step.py --prepare compiled into DIR (a host without the compiler)")
     args = parser.parse_args()
+    if args.source and any(case.startswith("prefill") for case in args.case):
+        parser.error("--from takes decode cases only (decode_step.py --prepare compiles no prefill)")
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.case:
             for threads in args.threads:

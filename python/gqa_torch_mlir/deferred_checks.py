@@ -133,8 +133,20 @@ def _returned(func, on_tensors, ir, types: TypeCache) -> int:
     context = types.context
     results = signature.results + [checks_K.value.type]
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(signature.inputs, results, context), context)
-    func.attributes["iree.reflection"] = ir.DictAttr.get({CHECKS_KEY: ir.StringAttr.get(json.dumps(messages), context)}, context)
+    set_reflection(ir, func, CHECKS_KEY, json.dumps(messages))
     return len(on_tensors)
+
+
+def set_reflection(ir, func, key: str, text: str) -> None:
+    """``key: text`` added to ``func``'s ``iree.reflection`` (IREE's per-function metadata in the
+    VM module), the entries already there kept."""
+    context = func.context
+    entries = {}
+    if "iree.reflection" in func.attributes:
+        for named in ir.DictAttr(func.attributes["iree.reflection"]):
+            entries[named.name] = named.attr
+    entries[key] = ir.StringAttr.get(text, context)
+    func.attributes["iree.reflection"] = ir.DictAttr.get(entries, context)
 
 
 def _conjuncts(values, joined_by_branch) -> list:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Dict, FrozenSet
+from typing import FrozenSet, Set
+
+from ...deferred_checks import set_reflection
 
 __all__ = ["FEEDS_KEY", "annotate", "feeds_at_16"]
 
@@ -34,7 +36,7 @@ def annotate(ir, module) -> None:
     """Each public ``func.func`` of ``module`` (a ``builtin.module`` operation) with an argument
     only read by code compiled for 16-byte bindings: its positions in its reflection."""
     body = module.regions[0].blocks[0]
-    lenient = {_name(ir, op): True for op in body.operations if _lenient_executable(op.operation)}
+    lenient = {_name(ir, op) for op in body.operations if _lenient_executable(op.operation)}
     if not lenient:
         return
     for func in body.operations:
@@ -43,7 +45,7 @@ def annotate(ir, module) -> None:
         arguments = func.regions[0].blocks[0].arguments
         positions = [i for i, a in enumerate(arguments) if _read_at_16(ir, a, lenient)]
         if positions:
-            _set_reflection(ir, func.operation, FEEDS_KEY, json.dumps(positions))
+            set_reflection(ir, func.operation, FEEDS_KEY, json.dumps(positions))
 
 
 def _lenient_executable(op) -> bool:
@@ -54,7 +56,7 @@ def _lenient_executable(op) -> bool:
     return found is not None and int(found.group(1)) <= LENIENT
 
 
-def _read_at_16(ir, value, lenient: Dict[str, bool]) -> bool:
+def _read_at_16(ir, value, lenient: Set[str]) -> bool:
     """Every use of ``value`` (at least one live) a dispatch's operand into a lenient executable."""
     read = False
     for use in value.uses:
@@ -71,7 +73,7 @@ def _read_at_16(ir, value, lenient: Dict[str, bool]) -> bool:
     return read
 
 
-def _reads_at_16(ir, dispatch, operand: int, lenient: Dict[str, bool]) -> bool:
+def _reads_at_16(ir, dispatch, operand: int, lenient: Set[str]) -> bool:
     """``dispatch`` (a ``flow.dispatch``) into lenient executables only, reading its operand
     ``operand`` without writing it (no result tied to it: a written feed is never imported)."""
     if not all(ir.SymbolRefAttr(e).value[0] in lenient for e in ir.ArrayAttr(dispatch.attributes["entry_points"])):
@@ -101,17 +103,6 @@ def _dead(op) -> bool:
 
 def _pure(op) -> bool:
     return (op.name.startswith("torch.aten.") or op.name == "torch.prim.ListConstruct") and len(op.results) > 0
-
-
-def _set_reflection(ir, func, key: str, text: str) -> None:
-    """``key: text`` added to ``func``'s ``iree.reflection`` (the entries already there kept)."""
-    context = func.context
-    entries = {}
-    if "iree.reflection" in func.attributes:
-        for named in ir.DictAttr(func.attributes["iree.reflection"]):
-            entries[named.name] = named.attr
-    entries[key] = ir.StringAttr.get(text, context)
-    func.attributes["iree.reflection"] = ir.DictAttr.get(entries, context)
 
 
 def feeds_at_16(vm_function) -> FrozenSet[int]:
