@@ -328,6 +328,14 @@ def test_masked_decode_writes_the_buffer_in_place(static):
     assert (address(key_after), address(value_after)) == (address(key), address(value))
 
 
+def test_a_masked_growing_step_fills_only_its_new_rows():
+    """The decode branch grows each cache by one row as a concatenation (kv_cache._grown_by_some):
+    padded by a run-time row count, IREE filled the whole grown buffer before it copied the past in."""
+    model = make_model(C(batch=1, seq=1, past=7, **MASKED))
+    grown = re.findall(r"torch\.aten\.cat .* -> !torch\.vtensor<\[1,2,\?,16\],f32>", IreeCpuBackend(threads=1).lower(model).asm())
+    assert len(grown) == 2  # past_key's and past_value's
+
+
 MASKED_STEPS = [
     C(batch=1, seq=1, past=9, past_lens=(6,), fixed_capacity=True, **MASKED),  # the in-place branch
     C(batch=1, seq=1, past=7, **MASKED),  # growing: total > P

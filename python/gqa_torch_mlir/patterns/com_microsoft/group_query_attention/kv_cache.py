@@ -45,7 +45,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         present_value_BHkvTDc = select_rows(tb, grown_value, value_BHkvSDc, step.past_len_B)
     else:
         index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)
+        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S)
         present_key_BHkvTDc = tb.scatter_src(grown_key, 2, index_BHkvSDc, key_BHkvSDc)  # rows position[b,s] <- new
         present_value_BHkvTDc = tb.scatter_src(grown_value, 2, index_BHkvSDc, value_BHkvSDc)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
@@ -81,7 +81,7 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
     """
     start, rows = lengths
     end = tb.dim_add(start, step.S)
-    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
+    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
     present_key, present_value = tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
@@ -124,7 +124,7 @@ def one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_B
     T = tb.dim_add(tb.size(past_key, 2), growth)
     start = tb.item(_first_new_row(tb, step, T))  # [1] -> int
     end = tb.dim_add(start, step.S)
-    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
+    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
     return tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
 
 
@@ -227,11 +227,11 @@ def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     return tb.pad_dim_end(past_BHkvPDh, 2, growth)  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
 
 
-def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim):
+def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim, S: Dim = None):
     """Both caches :func:`grown`.  A run-time ``growth`` (present's rows declared dynamic, as the
     exporters declare them) takes one branch on growth == 0, where the pasts themselves are
-    present (a fixed-capacity buffer, then written in place), else both padded (new buffers).
-    Padded always, IREE copied both caches whole every step: 2 x 0.4 ms of a 2.9 ms shared step
+    present (a fixed-capacity buffer, then written in place), else both grown (new buffers).
+    Grown always, IREE copied both caches whole every step: 2 x 0.4 ms of a 2.9 ms shared step
     at past 1023 (benchmarks/README.md, "CPU, round 7").  Float caches only: IREE 3.13 computes
     an integer (quantized) cache's padded branch wrong (every row of present, found by
     test_backends_iree_cpu's int4/int8 dynamic cases), so those stay padded always.
@@ -240,7 +240,18 @@ def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: D
         return grown(tb, past_key, growth), grown(tb, past_value, growth)
     types = [(p.shape[:2] + (None,) + p.shape[3:], p.dtype) for p in (past_key, past_value)]
     return tb.if_else_each(tb.dim_eq(growth, 0), types, lambda inner: [past_key, past_value],
-                           lambda inner: [inner.pad_dim_end(p, 2, growth) for p in (past_key, past_value)])
+                           lambda inner: [_grown_by_some(inner, p, growth, S) for p in (past_key, past_value)])
+
+
+def _grown_by_some(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim, S: Dim) -> Tensor:
+    """:func:`grown` where ``growth`` is known to be in [1, S]: by one row, a concatenation (only
+    the new row filled) where a decode step's S is 1; else padded (IREE 3.13 compiles no
+    concatenation of a run-time row count, and fills the whole padded buffer before it copies the
+    past in: 8 MiB more written a growing step at past 1023, benchmarks/README.md "CPU, round 24").
+    [B,Hkv,P,Dh] -> [B,Hkv,P+growth,Dh]"""
+    if S == 1:
+        return grow_rows(tb, past_BHkvPDh, 1)
+    return tb.pad_dim_end(past_BHkvPDh, 2, growth)
 
 
 def select_rows(tb: TorchBuilder, cache_BHkvTDh: Tensor, new_BHkvSDh: Tensor, past_len_B: Tensor) -> Tensor:
