@@ -1,5 +1,5 @@
-"""iree-cpu's tuning spec (backends/iree/tuning.py): a decode step's Q.K^T takes the spec's tile
-sizes and every other dispatch IREE's own; the tuned steps match onnxruntime for each kind of
+"""iree-cpu's tuning spec (backends/iree/tuning.py): a decode step's Q.K^T and an attention mask's
+row sums take the spec's tile sizes and every other dispatch IREE's own; the tuned steps match onnxruntime for each kind of
 matcher; the variable and the flag opt out; iree-cuda resets the flags (IREE keeps them from
 one compile to the next in a process).  The fast tier
 compiles iree-cpu without the spec elsewhere (conftest.py): each test here turns it on."""
@@ -60,6 +60,20 @@ def test_a_prefill_block_keeps_irees_tiles(tmp_path):
     """, tmp_path)
 
 
+# The builder's decode step: every length dynamic, seqlens_k = ReduceSum(attention_mask, 1) - 1.
+MASKED = C(seq=1, past=9, past_lens=(6,), fixed_capacity=True, num_heads=4, kv_num_heads=2, head_size=16, dynamic=True, mask=True)
+ROW_SUM = "{lowering_config = #iree_cpu.lowering_config<distribution = [32, 0], vector_common_parallel = [1, 0], vector_reduction = [0, 16]>}"
+
+
+def test_the_masks_row_sum_takes_one_row_a_vector_pass(tmp_path):
+    """IREE's own tiles (8 rows a pass) read rows a batch of one does not have with masked loads,
+    130 us a step on the AMD guest; the spec's take one row at a time."""
+    text = configured(IreeCpuBackend(threads=1), MASKED, tmp_path)
+    filecheck(text, f"""
+        CHECK: linalg.generic {{{{.+}}}} ins(%{{{{.+}}}} : tensor<?x?xi64>) outs(%{{{{.+}}}} : tensor<?xi64>) attrs =  {ROW_SUM}
+    """, tmp_path)
+
+
 @pytest.mark.parametrize("how", ["flag", "variable"])
 def test_the_spec_path_flag_and_the_variable_opt_out(how, tmp_path, monkeypatch):
     if how == "variable":
@@ -94,6 +108,8 @@ TUNED_STEPS = [
     C(seq=1, past=70, past_lens=(64,), fixed_capacity=True, num_heads=14, kv_num_heads=2, head_size=128, rotary=True),
     C(seq=1, past=20, num_heads=2, kv_num_heads=2, head_size=256),
     C(seq=1, past=50, past_lens=(41,), fixed_capacity=True, num_heads=16, kv_num_heads=1, head_size=64, dynamic=True),
+    C(batch=3, seq=1, past=9, past_lens=(6, 8, 2), fixed_capacity=True, num_heads=4, kv_num_heads=2, head_size=16,
+      dynamic=True, mask=True),  # the mask's row sums, one row a pass
 ]
 
 
@@ -109,6 +125,7 @@ def test_tuned_decode_steps_match_onnxruntime(cfg):
 def test_the_spec_names_every_head_size_once():
     text = tuning.spec_text()
     assert [text.count(f"@match_decode_qk_d{d}(") for d in tuning.HEAD_SIZES] == [1] * len(tuning.HEAD_SIZES)
+    assert [text.count(f"@match_row_sum_{t}(") for t in tuning.ROW_SUM_TYPES] == [1] * len(tuning.ROW_SUM_TYPES)
     assert tuning.reduction_tile(96) == 96 and tuning.reduction_tile(256) == 128 and tuning.reduction_tile(192) == 64
     assert pathlib.Path(tuning.spec_path()).read_text() == text
 

@@ -18,6 +18,13 @@ a Q.K^T of more than MAX_ROWS query rows (a prefill's blocks), of a head size no
 HEAD_SIZES, of a batch of several rows (IREE transposes K in a dispatch of its own there) or
 of an f16 cache (its conversion fused into the matmul).
 
+An integer sum of each row of a [?, ?] tensor (onnxruntime-genai's builder computes seqlens_k
+as ReduceSum(attention_mask, 1) - 1, before the batch size is known) is tiled one row a vector
+pass.  IREE tiles it 8 rows a pass, and with a batch of one the seven rows it does not have
+become masked-off vector loads past the mask's end, each a fault-suppression assist: that one
+dispatch took 100-130 us of a 0.46 ms decode step at past 1023 on the AMD guest, under 1 us
+tiled by the row (benchmarks/README.md, "CPU, round 24").
+
 The reassociation flag is IREE's for the whole module (a ``fastmath<reassoc>`` on the
 reduction itself does not reach its vector code in IREE 3.13): with the spec, every
 floating-point reduction is reassociated, so the skip norm no longer rounds as onnxruntime's
@@ -100,15 +107,42 @@ def _matcher(head_size: int) -> str:
   }}"""
 
 
+ROW_SUM_TYPES = ("i64", "i32")
+
+
+def _row_sum_matcher(element: str) -> str:
+    """A named sequence matching an integer sum of each row of a [?, ?] tensor (the builder's
+    attention-mask ReduceSum) and yielding its compilation_info: one row per vector pass."""
+    config = ("#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
+              "distribution = [32, 0], vector_common_parallel = [1, 0], vector_reduction = [0, 16]>, "
+              "translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>")
+    rows, sums = f"tensor<?x?x{element}>", f"tensor<?x{element}>"
+    return f"""
+  transform.named_sequence @match_row_sum_{element}(%root: !transform.any_op {{transform.readonly}}) -> (!transform.any_op, !transform.any_param) {{
+    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %root {{
+    ^bb0(%rows: {rows}, %acc: {sums}):
+      %sum = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                             iterator_types = ["parallel", "reduction"]}} ins(%rows : {rows}) outs(%acc : {sums}) {{
+      ^bb1(%in: {element}, %out: {element}):
+        %add = arith.addi %in, %out : {element}
+        linalg.yield %add : {element}
+      }} -> {sums}
+    }} : (!transform.any_op) -> (!transform.any_value, !transform.any_value)
+    %config = transform.param.constant {config} -> !transform.any_param
+    transform.yield %root, %config : !transform.any_op, !transform.any_param
+  }}"""
+
+
 def spec_text() -> str:
     """The transform library: one matcher per head size, each annotating what it matches."""
-    calls = ",\n        ".join(f"@match_decode_qk_d{d} -> @apply_config" for d in HEAD_SIZES)
+    calls = ",\n        ".join([f"@match_decode_qk_d{d} -> @apply_config" for d in HEAD_SIZES] +
+                                  [f"@match_row_sum_{t} -> @apply_config" for t in ROW_SUM_TYPES])
     return f"""// gqa-torch-mlir's iree-cpu tuning spec (backends/iree/tuning.py renders it).
 module attributes {{iree_codegen.tuning_spec_with_default_entrypoint, transform.with_named_sequence}} {{
   transform.named_sequence @apply_config(%op: !transform.any_op {{transform.readonly}}, %config: !transform.any_param {{transform.readonly}}) {{
     transform.annotate %op "compilation_info" = %config : !transform.any_op, !transform.any_param
     transform.yield
-  }}{"".join(_matcher(d) for d in HEAD_SIZES)}
+  }}{"".join(_matcher(d) for d in HEAD_SIZES)}{"".join(_row_sum_matcher(t) for t in ROW_SUM_TYPES)}
   transform.named_sequence @__kernel_config(%variant: !transform.any_op {{transform.consumed}}) -> !transform.any_op attributes {{iree_codegen.tuning_spec_entrypoint}} {{
     %res = transform.foreach_match in %variant
         {calls} : (!transform.any_op) -> !transform.any_op
