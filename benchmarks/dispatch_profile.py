@@ -20,7 +20,9 @@ profiling, beside the summed dispatch walls (the rest is the runtime's:
 submissions, waits, the mid-step length read back). Cases: ``growingP`` and
 ``sharedP`` (decode, B=1, S=1, past P, as benchmarks/decode_step.py) and
 ``prefillS`` (S tokens, no past); a ``dyn`` suffix (``shared1023dyn``) compiles the model
-with every length dynamic, as the exporters declare them. Not a test: numbers depend on the machine.
+with every length dynamic and seqlens_k and total_sequence_length computed from an attention
+mask, as onnxruntime-genai's builder declares and computes them (decode_step.py's ``dyn.``
+modes). Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -59,10 +61,10 @@ def config(case: str) -> GQAConfig:
     kind, n, dyn = re.fullmatch(r"(growing|shared|prefill)(\d+)(dyn)?", case).groups()
     n, dynamic = int(n), dyn is not None
     if kind == "growing":
-        return GQAConfig(seq=1, past=n, dynamic=dynamic, **HEADS)
+        return GQAConfig(seq=1, past=n, dynamic=dynamic, mask=dynamic, **HEADS)
     if kind == "shared":
-        return GQAConfig(seq=1, past=n + 1, past_lens=(n,), fixed_capacity=True, dynamic=dynamic, **HEADS)
-    return GQAConfig(seq=n, past=0, dynamic=dynamic, **HEADS)
+        return GQAConfig(seq=1, past=n + 1, past_lens=(n,), fixed_capacity=True, dynamic=dynamic, mask=dynamic, **HEADS)
+    return GQAConfig(seq=n, past=0, dynamic=dynamic, mask=dynamic, **HEADS)
 
 
 def write_step(case: str, threads: int, tmp: str, source: Optional[str] = None) -> Tuple[str, str, List[str]]:
