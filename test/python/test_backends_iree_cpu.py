@@ -328,12 +328,24 @@ def test_masked_decode_writes_the_buffer_in_place(static):
     assert (address(key_after), address(value_after)) == (address(key), address(value))
 
 
-def test_a_masked_growing_step_fills_only_its_new_rows():
-    """The decode branch grows each cache by one row as a concatenation (kv_cache._grown_by_some):
-    padded by a run-time row count, IREE filled the whole grown buffer before it copied the past in."""
-    model = make_model(C(batch=1, seq=1, past=7, **MASKED))
-    grown = re.findall(r"torch\.aten\.cat .* -> !torch\.vtensor<\[1,2,\?,16\],f32>", IreeCpuBackend(threads=1).lower(model).asm())
-    assert len(grown) == 2  # past_key's and past_value's
+@pytest.mark.parametrize("attention", ["fused", "decomposed"])
+def test_a_masked_growing_step_grows_its_caches_by_one_row(attention):
+    """A growing decode step grows each cache by one row (kv_cache._grown_by_some): by our copy
+    kernel (kernels/cache_grow.py) in the decode branch; without the kernel, where S is declared 1,
+    as a concatenation.  Padded by a run-time row count, IREE filled the whole grown buffer before
+    it copied the past in."""
+    cfg = C(batch=1, seq=1, past=7, **MASKED)
+    model = make_model(cfg) if attention == "fused" else with_static_dims(make_model(cfg), {"seq": 1})
+    ir = IreeCpuBackend(threads=1, options=LoweringOptions.for_backend("iree-cpu", attention=attention)).lower(model).asm()
+    copied = ir.count("flow.dispatch @gqa_cache_grow_hkv2_dh16_executable::")
+    concatenated = re.findall(r"torch\.aten\.cat .* -> !torch\.vtensor<\[(?:1|\?),2,\?,16\],f32>", ir)
+    if attention == "fused":
+        assert (copied, len(concatenated)) == (2, 0)  # past_key's and past_value's
+    else:
+        assert copied == 0 and len(concatenated) == 4  # both caches in the branches of one batch row and of several
+        feeds = make_inputs(cfg, seed=9)
+        got = run_session(InferenceSession(model, backend="iree-cpu", threads=1, attention="decomposed"), feeds)
+        assert_matches(cfg, got, run_onnxruntime(model, feeds), feeds)
 
 
 MASKED_STEPS = [
@@ -341,6 +353,8 @@ MASKED_STEPS = [
     C(batch=1, seq=1, past=7, **MASKED),  # growing: total > P
     C(batch=1, seq=1, past=0, **MASKED),  # a one-token prompt: growing from an empty past
     C(batch=2, seq=1, past=9, past_lens=(6, 3), fixed_capacity=True, **MASKED),
+    C(batch=2, seq=1, past=7, **MASKED),  # growing, two batch rows: the new rows scattered into the kernel's copies
+    C(batch=1, seq=1, past=256, **dict(MASKED, rotary_cache_len=264)),  # growing: the copy's last block whole (cache_grow.ROWS)
 ] + ([  # the extended tier: a buffer's last row in two blocks, a chunk (the masked generations' prompt is one)
     C(batch=1, seq=1, past=1030, past_lens=(1029,), fixed_capacity=True, **dict(MASKED, rotary_cache_len=1040)),
     C(batch=1, seq=3, past=12, past_lens=(4,), fixed_capacity=True, **MASKED),

@@ -59,10 +59,11 @@ SPLIT_ROWS = 1024  # key rows per workgroup: a 4096-row cache is 4 blocks a KV h
 # KV heads first a cache of 1027 rows gave one worker every head's full block and the other the
 # 3-row tails (a 4-token chunk at past 1023: no faster on 2 threads than on 1).
 FEED_ALIGNMENT = 16  # bytes: what the executable's code assumes of its bindings (numpy's guarantee)
-# Only min_buffer_offset_alignment is read at an executable (IREE's AnnotateDispatchArguments); the rest is IREE's CPU default.
-_RESOURCES = ("{stream.resources = #stream.resource_config<{max_allocation_size = 9223372036854775807, "
-              f"min_buffer_offset_alignment = {FEED_ALIGNMENT}, max_buffer_range = 9223372036854775807, "
-              f"min_buffer_range_alignment = {FEED_ALIGNMENT}, index_bits = 64, memory_model = Unified}}>}}")
+# The attributes of our executables (cache_grow.py's too): only min_buffer_offset_alignment is read at an
+# executable (IREE's AnnotateDispatchArguments); the rest is IREE's CPU default.
+RESOURCES = ("{stream.resources = #stream.resource_config<{max_allocation_size = 9223372036854775807, "
+             f"min_buffer_offset_alignment = {FEED_ALIGNMENT}, max_buffer_range = 9223372036854775807, "
+             f"min_buffer_range_alignment = {FEED_ALIGNMENT}, index_bits = 64, memory_model = Unified}}>}}")
 MAX_GROUP = 16  # query rows per KV head the kernel is unrolled for
 HEAD_SIZES = range(8, 257, 8)  # Dh: whole 8-lane vectors
 
@@ -531,7 +532,7 @@ def render(s: KernelShape, opset: int) -> tuple:
     ns = "arith.constant 1 : index" if s.single else f"affine.apply affine_map<()[s0] -> (s0 ceildiv {SPLIT_ROWS})>()[{rows}]"
     params = ", ".join(f"{x}: {t}" for x, t, _ in [("%q", t_q, "")] + fed)
     text = f"""
-stream.executable private @{sym}_executable attributes {_RESOURCES} {{
+stream.executable private @{sym}_executable attributes {RESOURCES} {{
 {_exports(s)}
   builtin.module {{
 {_attend_body(s)}{"" if s.single else chr(10) + _combine_body(s)}{chr(10) + _put_body(s) if s.lengths and not s.writes else ""}

@@ -16,7 +16,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ...builder import Dim, Tensor, TorchBuilder
-from ...kernels.decode_attention import KernelShape, render, supported
+from ...kernels import cache_grow
+from ...kernels.decode_attention import HEAD_SIZES, KernelShape, render, supported
 
 # IREE's ONNX input pipeline asks every function for an opset; the kernel's has no ONNX op.
 _OPSET = 21
@@ -149,3 +150,17 @@ def _grows_in_kernel(write, T, S) -> bool:
     P > 0, S new rows."""
     P = write.past_key.shape[2]
     return isinstance(P, int) and isinstance(T, int) and P > 0 and T == P + S and write.new_key.shape[2] == S
+
+
+def grows_by_kernel(enabled: bool, past_BHkvPDh: Tensor) -> bool:
+    """``enabled`` (attention=fused on the CPU) and an f32 cache of a head size the kernels have."""
+    return enabled and past_BHkvPDh.dtype == "f32" and past_BHkvPDh.shape[1] is not None and past_BHkvPDh.shape[3] in HEAD_SIZES
+
+
+def grown_by_one_row(tb: TorchBuilder, past_BHkvPDh: Tensor) -> Tensor:
+    """The cache with one zero row after the past's, copied by kernels/cache_grow.py (where
+    :func:`grows_by_kernel`).  [B,Hkv,P,Dh] -> [B,Hkv,P+1,Dh] (B and P+1 dynamic)"""
+    Hkv, Dh = past_BHkvPDh.shape[1], past_BHkvPDh.shape[3]
+    symbol, text = cache_grow.render(Hkv, Dh, _OPSET)
+    shape = (None, Hkv, None, Dh)
+    return tb.call_function(symbol, text, [tb.builtin(past_BHkvPDh, shape)], shape, "f32")

@@ -7,6 +7,7 @@ from typing import Optional
 from ....binder import OpBinder
 from ....builder import Dim, Tensor, TorchBuilder, parse_vtensor_type
 from ....registry import Refusal
+from ...common.fused_decode import grown_by_one_row, grows_by_kernel
 from .checks import checked_cache_rows
 from .inputs import CacheStep, CacheWrite, GqaInputs, Step
 from .support import GqaAttributes
@@ -36,7 +37,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
     if one_row:  # a declared growth: the lengths after the checks, which IREE then runs before the read
         if lengths is None:
             _, lengths = one_row_lengths(tb, step, P, growth)
-        return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc)
+        return one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc, _fused(b))
     if b.options.device == "cpu" and key_BHkvSDc.shape[0] == 1:  # a growing cache's prompt or chunk
         present_key_BHkvTDc, present_value_BHkvTDc = one_block_write(tb, step, past_key, past_value, growth, key_BHkvSDc, value_BHkvSDc)
     elif b.options.device == "gpu" or _fresh_buffer_of_many_rows(growth, step):
@@ -45,7 +46,7 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
         present_value_BHkvTDc = select_rows(tb, grown_value, value_BHkvSDc, step.past_len_B)
     else:
         index_BHkvSDc = cache_index(tb, write_row_BS, attrs.kv_num_heads, key_BHkvSDc.shape[3])
-        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S)
+        grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S, _fused(b))
         present_key_BHkvTDc = tb.scatter_src(grown_key, 2, index_BHkvSDc, key_BHkvSDc)  # rows position[b,s] <- new
         present_value_BHkvTDc = tb.scatter_src(grown_value, 2, index_BHkvSDc, value_BHkvSDc)
     read_key_BHkvRDc, read_value_BHkvRDc = present_key_BHkvTDc, present_value_BHkvTDc
@@ -63,6 +64,11 @@ def kv_cache_step(tb, b, attrs, ins, step, key_BHkvSDc, value_BHkvSDc) -> CacheS
                      every_row_read=no_past)
 
 
+def _fused(b: OpBinder) -> bool:
+    """attention=fused on the CPU: our IREE kernels may make the step's pieces (kernels/)."""
+    return b.options.device == "cpu" and b.options.attention == "fused"
+
+
 def _fresh_buffer_of_many_rows(growth: Optional[int], step: Step) -> bool:
     """A growing cache (present a new buffer, every row written anyway) gaining several rows:
     the select over its rows writes present in one pass, where the scatter's index tensor
@@ -71,7 +77,7 @@ def _fresh_buffer_of_many_rows(growth: Optional[int], step: Step) -> bool:
     return isinstance(growth, int) and growth > 0 and isinstance(step.S, int) and step.S > 1
 
 
-def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc) -> CacheStep:
+def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, key_BHkvSDc, value_BHkvSDc, fused=False) -> CacheStep:
     """One batch row on the CPU: its new rows copied in as one block at ``lengths``' start, and the
     cache read on its rows [0, seqlens_k + 1) (every one of them read: no zeroing, no count).
 
@@ -81,7 +87,7 @@ def one_row_step(tb, attrs, ins, step, past_key, past_value, growth, lengths, ke
     """
     start, rows = lengths
     end = tb.dim_add(start, step.S)
-    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
+    grown_key, grown_value = grown_pair(tb, past_key, past_value, growth, step.S, fused)  # [B,Hkv,P,Dc] -> [B,Hkv,T,Dc]
     present_key, present_value = tb.slice_scatter(grown_key, key_BHkvSDc, 2, start, end), tb.slice_scatter(grown_value, value_BHkvSDc, 2, start, end)
     if ins.attention_bias is not None or attrs.qk_output:  # their key columns span the whole cache
         return CacheStep(present_key, present_value, present_key, present_value, tb.arange(tb.size(present_key, 2)))
@@ -227,7 +233,7 @@ def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     return tb.pad_dim_end(past_BHkvPDh, 2, growth)  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
 
 
-def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim, S: Dim = None):
+def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim, S: Dim = None, fused: bool = False):
     """Both caches :func:`grown`.  A run-time ``growth`` (present's rows declared dynamic, as the
     exporters declare them) takes one branch on growth == 0, where the pasts themselves are
     present (a fixed-capacity buffer, then written in place), else both grown (new buffers).
@@ -240,15 +246,19 @@ def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: D
         return grown(tb, past_key, growth), grown(tb, past_value, growth)
     types = [(p.shape[:2] + (None,) + p.shape[3:], p.dtype) for p in (past_key, past_value)]
     return tb.if_else_each(tb.dim_eq(growth, 0), types, lambda inner: [past_key, past_value],
-                           lambda inner: [_grown_by_some(inner, p, growth, S) for p in (past_key, past_value)])
+                           lambda inner: [_grown_by_some(inner, p, growth, S, fused) for p in (past_key, past_value)])
 
 
-def _grown_by_some(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim, S: Dim) -> Tensor:
-    """:func:`grown` where ``growth`` is known to be in [1, S]: by one row, a concatenation (only
-    the new row filled) where a decode step's S is 1; else padded (IREE 3.13 compiles no
-    concatenation of a run-time row count, and fills the whole padded buffer before it copies the
-    past in: 8 MiB more written a growing step at past 1023, benchmarks/README.md "CPU, round 24").
+def _grown_by_some(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim, S: Dim, fused: bool) -> Tensor:
+    """:func:`grown` where ``growth`` is known to be in [1, S].  By one row where a decode step's S
+    is 1: ``fused`` (attention=fused on the CPU), our copy kernel (kernels/cache_grow.py: IREE's
+    copy of the concatenation below ran at half numpy's copy rate at past 4095), else a
+    concatenation (only the new row filled).  Else padded (IREE 3.13 compiles no concatenation of
+    a run-time row count, and fills the whole padded buffer before it copies the past in: 8 MiB
+    more written a growing step at past 1023, benchmarks/README.md "CPU, round 24").
     [B,Hkv,P,Dh] -> [B,Hkv,P+growth,Dh]"""
+    if S == 1 and grows_by_kernel(fused, past_BHkvPDh):
+        return grown_by_one_row(tb, past_BHkvPDh)
     if S == 1:
         return grow_rows(tb, past_BHkvPDh, 1)
     return tb.pad_dim_end(past_BHkvPDh, 2, growth)
