@@ -66,8 +66,9 @@ ROW_SUM = "{lowering_config = #iree_cpu.lowering_config<distribution = [32, 0], 
 
 
 def test_the_masks_row_sum_takes_one_row_a_vector_pass(tmp_path):
-    """IREE's own tiles (8 rows a pass) read rows a batch of one does not have with masked loads,
-    130 us a step on the AMD guest; the spec's take one row at a time."""
+    """IREE's own tiles (8 rows a pass) read rows a batch of one does not have with masked loads
+    (130 us a step on the AMD guest where the memory past the mask is not mapped); the spec's
+    take one row at a time."""
     text = configured(IreeCpuBackend(threads=1), MASKED, tmp_path)
     filecheck(text, f"""
         CHECK: linalg.generic {{{{.+}}}} ins(%{{{{.+}}}} : tensor<?x?xi64>) outs(%{{{{.+}}}} : tensor<?xi64>) attrs =  {ROW_SUM}

@@ -21,9 +21,11 @@ of an f16 cache (its conversion fused into the matmul).
 An integer sum of each row of a [?, ?] tensor (onnxruntime-genai's builder computes seqlens_k
 as ReduceSum(attention_mask, 1) - 1, before the batch size is known) is tiled one row a vector
 pass.  IREE tiles it 8 rows a pass, and with a batch of one the seven rows it does not have
-become masked-off vector loads past the mask's end, each a fault-suppression assist: that one
-dispatch took 100-130 us of a 0.46 ms decode step at past 1023 on the AMD guest, under 1 us
-tiled by the row (benchmarks/README.md, "CPU, round 24").
+become masked-off vector loads past the mask's end.  Where that memory is not mapped each is a
+fault-suppression assist: under iree-benchmark-module that one dispatch took 100-130 us of a
+0.47 ms decode step at past 1023 on the AMD guest, under 1 us tiled by the row.  (An
+``InferenceSession`` uploads the mask into IREE's caching allocator, whose memory past it is
+mapped: there the step was no faster, benchmarks/README.md, "CPU, round 24".)
 
 The reassociation flag is IREE's for the whole module (a ``fastmath<reassoc>`` on the
 reduction itself does not reach its vector code in IREE 3.13): with the spec, every
