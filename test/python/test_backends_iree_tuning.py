@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pathlib
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.backends.iree import IreeBackend, IreeCpuBackend, tuning
@@ -28,11 +30,12 @@ def tuned(monkeypatch):
 DECODE = C(seq=1, past=40, past_lens=(30,), fixed_capacity=True, num_heads=8, kv_num_heads=2, head_size=64, rotary=True)
 
 
-def configured(backend: IreeBackend, cfg: C, tmp_path: pathlib.Path) -> str:
-    """Every dispatch of ``cfg``'s step as IREE configured it (its lowering configs), one text."""
+def configured(backend: IreeBackend, cfg, tmp_path: pathlib.Path) -> str:
+    """Every dispatch of ``cfg``'s step (or of an ONNX model) as IREE configured it (its lowering
+    configs), one text."""
     out = tmp_path / "configs"
     backend.flags += (f"--iree-hal-dump-executable-configurations-to={out}",)
-    backend.compile_lowered(backend.lower(make_model(cfg)))
+    backend.compile_lowered(backend.lower(cfg if isinstance(cfg, onnx.ModelProto) else make_model(cfg)))
     return "\n".join(p.read_text() for p in sorted(out.iterdir()))
 
 
@@ -65,13 +68,23 @@ MASKED = C(seq=1, past=9, past_lens=(6,), fixed_capacity=True, num_heads=4, kv_n
 ROW_SUM = "{lowering_config = #iree_cpu.lowering_config<distribution = [32, 0], vector_common_parallel = [1, 0], vector_reduction = [0, 16]>}"
 
 
-def test_the_masks_row_sum_takes_one_row_a_vector_pass(tmp_path):
+def int32_row_sums() -> onnx.ModelProto:
+    """ReduceSum over dim 1 of an int32 [B, T] mask, both dims dynamic."""
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "T"])
+    sums = helper.make_tensor_value_info("sums", TensorProto.INT32, ["B"])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    node = helper.make_node("ReduceSum", ["mask", "axes"], ["sums"], keepdims=0)
+    return helper.make_model(helper.make_graph([node], "row_sums", [mask], [sums], [axes]), opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("element", tuning.ROW_SUM_TYPES)
+def test_the_masks_row_sum_takes_one_row_a_vector_pass(element, tmp_path):
     """IREE's own tiles (8 rows a pass) read rows a batch of one does not have with masked loads
     (130 us a step on the AMD guest where the memory past the mask is not mapped); the spec's
-    take one row at a time."""
-    text = configured(IreeCpuBackend(threads=1), MASKED, tmp_path)
+    take one row at a time: the builder's int64 mask, and an int32 one."""
+    text = configured(IreeCpuBackend(threads=1), MASKED if element == "i64" else int32_row_sums(), tmp_path)
     filecheck(text, f"""
-        CHECK: linalg.generic {{{{.+}}}} ins(%{{{{.+}}}} : tensor<?x?xi64>) outs(%{{{{.+}}}} : tensor<?xi64>) attrs =  {ROW_SUM}
+        CHECK: linalg.generic {{{{.+}}}} ins(%{{{{.+}}}} : tensor<?x?x{element}>) outs(%{{{{.+}}}} : tensor<?x{element}>) attrs =  {ROW_SUM}
     """, tmp_path)
 
 

@@ -7,6 +7,10 @@ read, so that a fixed-capacity buffer read on its first rows is read in place
 dispatch).  Everything else (masks, softcap, sinks, biases, output_qk,
 quantized caches, several query rows) stays in the decomposed form: the
 caller asks :func:`applies` first.
+
+A growing cache whose rows are known only at run time is grown by one row
+for the kernel by a copy dispatch of ours (:func:`grown_by_one_row`,
+kernels/cache_grow.py), where :func:`grows_by_kernel`.
 """
 
 from __future__ import annotations

@@ -233,14 +233,15 @@ def grown(tb: TorchBuilder, past_BHkvPDh: Tensor, growth: Dim) -> Tensor:
     return tb.pad_dim_end(past_BHkvPDh, 2, growth)  # an empty past is all new rows; IREE fails on a concatenation with dynamic dims
 
 
-def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim, S: Dim = None, fused: bool = False):
+def grown_pair(tb: TorchBuilder, past_key: Tensor, past_value: Tensor, growth: Dim, S: Dim, fused: bool = False):
     """Both caches :func:`grown`.  A run-time ``growth`` (present's rows declared dynamic, as the
     exporters declare them) takes one branch on growth == 0, where the pasts themselves are
     present (a fixed-capacity buffer, then written in place), else both grown (new buffers).
     Grown always, IREE copied both caches whole every step: 2 x 0.4 ms of a 2.9 ms shared step
     at past 1023 (benchmarks/README.md, "CPU, round 7").  Float caches only: IREE 3.13 computes
     an integer (quantized) cache's padded branch wrong (every row of present, found by
-    test_backends_iree_cpu's int4/int8 dynamic cases), so those stay padded always.
+    test_backends_iree_cpu's int4/int8 dynamic cases), so those stay padded always.  ``S``: the
+    step's new rows (the growth is at most S); ``fused``: attention=fused on the CPU (_grown_by_some).
     [B,Hkv,P,Dc] -> [B,Hkv,P+growth,Dc]"""
     if isinstance(growth, int) or not past_key.dtype.startswith(("f", "bf")):
         return grown(tb, past_key, growth), grown(tb, past_value, growth)
