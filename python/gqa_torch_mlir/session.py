@@ -20,6 +20,7 @@ import onnx
 
 from .backends.iree.targets import TARGETS as IREE_TARGETS
 from .errors import GqaTorchMlirError, RuntimeInvocationError
+from .io_binding import IOBinding
 from .options import LoweringOptions
 from .pipeline import ModelLike, compile, load_model
 
@@ -204,6 +205,45 @@ class InferenceSession:
             raise RuntimeInvocationError(f"unknown output name(s): {', '.join(missing)}")
         return [results[n] for n in names]
 
+    def io_binding(self) -> IOBinding:
+        """onnxruntime's IO binding: bind inputs and outputs once, then ``run_with_iobinding`` (io_binding.py)."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options=None) -> None:
+        """Run on the arrays bound to ``iobinding``; its ``get_outputs()`` then has the bound outputs."""
+        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
+            raise RuntimeInvocationError("run_with_iobinding needs an IOBinding made by this session's io_binding()")
+        call, picks = iobinding.call, iobinding.picks
+        if call is None or picks is None:
+            call, picks = self._bind(iobinding)
+        raw = call()
+        iobinding.set_results([raw[j] if raw[j].dtype == want else _as_onnx_type(raw[j], o) for j, want, o in picks])
+
+    def _bind(self, iobinding: IOBinding):
+        """(the call of the bound inputs, (result index, dtype, NodeArg) per bound output)."""
+        args, names = iobinding.arguments(self._inputs), iobinding.output_names()
+        self._refuse_empty_on_cuda(args)
+        index = {o.name: j for j, o in enumerate(self._outputs)}
+        iobinding.picks = [(index[n], self._plain.output_dtype(index[n]), self._outputs[index[n]]) for n in names]
+        bind = getattr(self._compiled, "bound", None)
+        call = bind(self._function, args, [j for j, _, _ in iobinding.picks]) if bind is not None else None
+        iobinding.call = call  # None until the lean path has learnt the function: invoke meanwhile
+        return call or (lambda: self._compiled.invoke(self._function, *args)), iobinding.picks
+
+    def _bound_feed(self, name: str, value) -> np.ndarray:
+        """A value bound to input ``name``, checked as ``run`` checks a feed."""
+        arg = next((a for a in self._inputs if a.name == name), None)
+        if arg is None:
+            raise RuntimeInvocationError(f"unknown input name {name!r}; the inputs are: {', '.join(a.name for a in self._inputs)}")
+        value = self._feed(arg, {name: value})
+        return value if hasattr(value, "device_array") else _signless(value)
+
+    def _output_arg(self, name: str) -> NodeArg:
+        arg = next((o for o in self._outputs if o.name == name), None)
+        if arg is None:
+            raise RuntimeInvocationError(f"unknown output name {name!r}; the outputs are: {', '.join(o.name for o in self._outputs)}")
+        return arg
+
     def device_value(self, array: np.ndarray):
         """A copy of ``array`` in the device's memory (IREE backends), for ``run_with_device_values``
         (onnxruntime's ``OrtValue.ortvalue_from_numpy(array, device)``)."""
@@ -306,6 +346,9 @@ class _PlainFeeds:
                     return None
             args.append(value)
         return args
+
+    def output_dtype(self, j: int):
+        return self._output_dtypes[j]
 
     def results(self, raw) -> List[np.ndarray]:
         return [r if r.dtype == want else _as_onnx_type(r, o) for r, o, want in zip(raw, self._outputs, self._output_dtypes)]

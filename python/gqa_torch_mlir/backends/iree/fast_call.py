@@ -40,13 +40,13 @@ from ...errors import RuntimeInvocationError
 from .host_import import MIN_BYTES
 from .vm_results import as_dtype, vm_failure
 
-__all__ = ["FastCalls", "SMALL_RESULT_BYTES"]
+__all__ = ["ELEMENT_TYPES", "FastCalls", "SMALL_RESULT_BYTES", "UPLOAD_MEMORY", "UPLOAD_USAGE", "dtype_of", "read_only"]
 
 SMALL_RESULT_BYTES = 64 * 1024  # results copied out rather than mapped (a decode step's attention output: 16 KiB)
 
-_UPLOAD_MEMORY = int(ireert.MemoryType.DEVICE_LOCAL)
-_UPLOAD_USAGE = int(ireert.BufferUsage.DEFAULT)
-_ELEMENT_TYPES = {  # the numpy element types this path uploads (bool and unsigned ones take the general path)
+UPLOAD_MEMORY = int(ireert.MemoryType.DEVICE_LOCAL)
+UPLOAD_USAGE = int(ireert.BufferUsage.DEFAULT)
+ELEMENT_TYPES = {  # the numpy element types this path uploads (bool and unsigned ones take the general path)
     np.dtype(t): map_dtype_to_element_type(np.dtype(t))
     for t in (np.float32, np.float16, np.float64, np.int64, np.int32, np.int16, np.int8)
 }
@@ -154,7 +154,7 @@ class FastCalls:
                 arg_list.push_ref(device_array._buffer_view)
                 passed_refs.append(device_array._buffer_view.ref)
                 continue
-            element_type = _ELEMENT_TYPES.get(a.dtype)
+            element_type = ELEMENT_TYPES.get(a.dtype)
             if element_type is None or not a.flags.c_contiguous:
                 return None
             if a.nbytes >= MIN_BYTES and i not in copied:
@@ -163,7 +163,7 @@ class FastCalls:
                     arg_list.push_ref(passed._buffer_view)
                     passed_refs.append(passed._buffer_view.ref)
                     continue
-            view = allocate(_UPLOAD_MEMORY, _UPLOAD_USAGE, device, a, element_type)
+            view = allocate(UPLOAD_MEMORY, UPLOAD_USAGE, device, a, element_type)
             arg_list.push_ref(view)
             passed_refs.append(view.ref)
             uploaded += a.nbytes
@@ -179,18 +179,18 @@ class FastCalls:
             if resident_ref == ref and (want is None or host.dtype == want):
                 return host
         m = self._module
-        dtype = _dtype_of(view.element_type)
+        dtype = dtype_of(view.element_type)
         if view.byte_length >= SMALL_RESULT_BYTES or (m.share_buffers and plan.kept_resident(i, ref, passed_refs)):
             mapped = view.map().asarray(view.shape, dtype) if view.byte_length else np.empty(view.shape, dtype)  # writable
             return m._host_result(plan.function, i, ireert.DeviceArray(m._device, view), mapped)
-        mapped = _read_only(view, dtype)
+        mapped = read_only(view, dtype)
         if want is not None and dtype != want:
             converted, shared = as_dtype(mapped, want)
             return converted.copy() if shared else converted
         return mapped.copy()
 
 
-def _read_only(view, dtype: np.dtype) -> np.ndarray:
+def read_only(view, dtype: np.dtype) -> np.ndarray:
     """The buffer of ``view`` as a read-only array, to be copied (the mapping's buffer interface
     is read-only; the mapping alone does not keep the buffer alive)."""
     if view.byte_length == 0:
@@ -201,7 +201,7 @@ def _read_only(view, dtype: np.dtype) -> np.ndarray:
 _DTYPES: Dict[object, np.dtype] = {}
 
 
-def _dtype_of(element_type) -> np.dtype:
+def dtype_of(element_type) -> np.dtype:
     dtype = _DTYPES.get(element_type)
     if dtype is None:
         dtype = _DTYPES[element_type] = np.dtype(ireert.HalElementType.map_to_dtype(element_type))

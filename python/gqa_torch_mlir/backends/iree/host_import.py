@@ -148,9 +148,13 @@ class InPlaceFeeds:
         self.staged_bytes = 0
         return [a if i in copied else self.in_place(function, i, a) for i, a in enumerate(args)]
 
+    def importable(self, function: str, i: int, a) -> bool:
+        """Whether argument ``i`` of ``function`` may be ``a``'s own memory (aligned enough for its code)."""
+        return readable_in_place(a, LENIENT_ALIGNMENT if i in self._at_16.get(function, ()) else ALIGNMENT)
+
     def in_place(self, function: str, i: int, a):
         """``a`` read in place: from its own memory, or copied into its staging array; else ``a``."""
-        if readable_in_place(a, LENIENT_ALIGNMENT if i in self._at_16.get(function, ()) else ALIGNMENT):
+        if self.importable(function, i, a):
             return self.imported(a)
         if self._pool is None or not stageable(a):  # one thread: IREE's upload copies as fast
             return a

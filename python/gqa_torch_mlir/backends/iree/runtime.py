@@ -23,6 +23,7 @@ import numpy as np
 from iree import runtime as ireert
 
 from ...errors import GqaTorchMlirError, RuntimeInvocationError
+from .bound_call import BoundCall
 from .fast_call import FastCalls
 from .feed_alignment import feeds_at_16
 from .host_import import InPlaceFeeds
@@ -170,6 +171,12 @@ class IreeCompiledModule:
         results, residents = self._call(function, args)
         fed_back = [_fed_back(function, i, r, residents, self._want_dtype) for i, r in enumerate(results)]
         return tuple(self._host_result(function, i, r) if f is None else f for i, (r, f) in enumerate(zip(results, fed_back)))
+
+    def bound(self, function: str, args, wanted) -> Optional["BoundCall"]:
+        """``function``'s call on ``args`` packed once, reading back the results ``wanted`` (an IO
+        binding's runs, CPU only: bound_call.py), or None where it cannot be (not yet run once, or
+        arguments the lean path does not take)."""
+        return BoundCall.of(self, function, args, wanted) if self._fast is not None else None
 
     def invoke_device(self, function: str, *args) -> Tuple["DeviceValue", ...]:
         """Call ``function`` and keep the results on the device (no copy to the host): each a
