@@ -8,7 +8,8 @@ On another x86 host (iree-base-runtime only), compile here for its CPU, run ther
     PYTHONPATH=python python3 benchmarks/call_overhead.py --from DIR/sapphirerapids
 
 Times, alternately in one process, onnxruntime's step (IO binding, as
-decode_step.py's shared mode), ours through ``InferenceSession.run`` on its
+decode_step.py's shared mode), ours with IO binding (``run_with_iobinding``:
+backends/iree/bound_call.py), ours through ``InferenceSession.run`` on its
 lean path (backends/iree/fast_call.py), ours on the general path (the lean
 one switched off), and our VM call alone (its arguments packed once: the
 dispatches and IREE's runtime, no Python of ours).  Warm: the calls back to
@@ -43,6 +44,20 @@ def shared_step(model, feeds, threads: int, vmfb: Optional[bytes]):
     step = dict(feeds, past_key=key, past_value=value)
     sess.run(None, step)  # the lean path's plan is learnt on the general path's first call
     return sess, step
+
+
+def bound_step(sess, step) -> Callable[[], object]:
+    """The step's inputs bound once, its output asked of each run (as decode_step.py's shared mode)."""
+    binding = sess.io_binding()
+    for name, value in step.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("output")
+
+    def run():
+        sess.run_with_iobinding(binding)
+        return binding.get_outputs()
+
+    return run
 
 
 def general_path(sess) -> None:
@@ -93,6 +108,7 @@ def main() -> None:
         (lean, lean_step), (general, general_step) = (shared_step(model, feeds, threads, vmfb) for _ in range(2))
         general_path(general)
         calls = {"onnxruntime": ort_shared(model, feeds, threads).run,
+                 "ours, IO binding": bound_step(lean, lean_step),
                  "ours, lean path": lambda: lean.run(None, lean_step),
                  "ours, general path": lambda: general.run(None, general_step),
                  "ours, VM call alone": vm_call(lean, lean_step)}

@@ -15,7 +15,8 @@ Two cache modes, each against onnxruntime in the same mode:
 ``growing``  past has P rows, present P+1 (a new present buffer every step).
 ``shared``   onnxruntime-genai's fixed buffers: capacity P+1, past and present
              the same buffer (onnxruntime: IO binding of one OrtValue to both;
-             ours: ``share_buffers=True`` with the outputs fed back).
+             ours: ``share_buffers=True`` with the outputs fed back, every
+             input bound once with ``io_binding`` as onnxruntime's are).
 ``shared@4096`` the same with a 4096-row buffer holding P valid rows (a
              buffer of max_length rows early in a generation).
 ``shared dyn.`` ``shared`` from a model whose batch, sequence and cache lengths
@@ -35,6 +36,8 @@ Rows:
                        package's outputs fed back, or ``aligned_empty``
                        arrays): read in place, as onnxruntime reads numpy
                        memory (backends/iree/host_import.py)
+  ours run()           shared mode through ``run`` with a dict of feeds instead
+                       of IO binding (what a step paid before round 25)
   ours resident        growing mode with the past already on the device
                        (``InferenceSession.resident``), as a generation loop
                        with ``share_buffers`` has it
@@ -144,10 +147,12 @@ def ort_shared(model, feeds, threads) -> Runner:
 
 
 def ours(model, feeds, threads, shared: bool, resident_past: bool = False, aligned: bool = False,
-         vmfb: Optional[bytes] = None) -> Runner:
+         vmfb: Optional[bytes] = None, bind: bool = False) -> Runner:
     """``shared``: the outputs fed back (one buffer); ``resident_past``: a growing step whose past is
     already on the device, as a generation loop feeding present back has it; else numpy feeds,
-    ``aligned`` on a 64-byte boundary.  ``vmfb``: the step compiled elsewhere (``--prepare``)."""
+    ``aligned`` on a 64-byte boundary.  ``vmfb``: the step compiled elsewhere (``--prepare``).
+    ``bind``: the step's inputs bound once (``io_binding``, as ort_shared binds them), the output
+    asked of each run."""
     share = shared or resident_past
     if vmfb is None:
         sess = InferenceSession(model, backend="iree-cpu", threads=threads, share_buffers=share)
@@ -165,6 +170,16 @@ def ours(model, feeds, threads, shared: bool, resident_past: bool = False, align
 
     def run():
         return sess.run(None, step)
+
+    if bind:
+        binding = sess.io_binding()
+        for name, value in step.items():
+            binding.bind_cpu_input(name, value)
+        binding.bind_output("output")
+
+        def run():  # noqa: F811
+            sess.run_with_iobinding(binding)
+            return binding.get_outputs()
 
     first = run()[0]
     return Runner(run, first, uploaded=sess.uploaded_bytes, written=None if vmfb else stream_writes(model, threads))
@@ -302,7 +317,9 @@ def build_runners(past: int, threads: int, source: Optional[str] = None) -> Dict
         if mode == "growing dyn.":
             runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True, vmfb=vmfb)
             continue
-        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared, vmfb=vmfb)
+        runners[f"{mode}/ours"] = ours(model, feeds, threads, shared=shared, vmfb=vmfb, bind=shared)
+        if mode == "shared":
+            runners[f"{mode}/ours run()"] = ours(model, feeds, threads, shared=True, vmfb=vmfb)
         if mode == "growing":
             runners[f"{mode}/ours aligned"] = ours(model, feeds, threads, shared=False, aligned=True, vmfb=vmfb)
             runners[f"{mode}/ours resident"] = ours(model, feeds, threads, shared=False, resident_past=True, vmfb=vmfb)
