@@ -31,10 +31,9 @@ import numpy as np
 
 from iree import runtime as ireert
 
-from ...errors import RuntimeInvocationError
-from .fast_call import ELEMENT_TYPES, UPLOAD_MEMORY, UPLOAD_USAGE, SMALL_RESULT_BYTES, dtype_of, read_only
+from .fast_call import ELEMENT_TYPES, SMALL_RESULT_BYTES, UPLOAD_MEMORY, UPLOAD_USAGE, dtype_of, invoke_checked, read_only
 from .host_import import MIN_BYTES
-from .vm_results import as_dtype, vm_failure
+from .vm_results import as_dtype
 
 __all__ = ["BoundCall"]
 
@@ -108,15 +107,7 @@ class BoundCall:
                     np.copyto(device, host)
                 arg_list = self._arg_list
             m.uploaded_bytes = self.copied_bytes
-            ret = ireert.VmVariantList(plan.results + plan.checks)
-            try:
-                m._context.invoke(plan.vm_function, arg_list, ret)
-            except ValueError as e:
-                raise RuntimeInvocationError(f"@{self._function}: {e}") from None
-            except RuntimeError as e:
-                raise RuntimeInvocationError(f"@{self._function}: {vm_failure(str(e))}") from e
-            if plan.checks:
-                m.raise_failed_check(self._function, bytes(ret.get_as_object(plan.results, ireert.HalBufferView).map()))
+            ret = invoke_checked(m, plan, arg_list)
             results = [None] * plan.results
             for i in self._wanted:
                 view = ret.get_as_object(i, ireert.HalBufferView)

@@ -40,7 +40,7 @@ from ...errors import RuntimeInvocationError
 from .host_import import MIN_BYTES
 from .vm_results import as_dtype, vm_failure
 
-__all__ = ["ELEMENT_TYPES", "FastCalls", "SMALL_RESULT_BYTES", "UPLOAD_MEMORY", "UPLOAD_USAGE", "dtype_of", "read_only"]
+__all__ = ["ELEMENT_TYPES", "FastCalls", "SMALL_RESULT_BYTES", "UPLOAD_MEMORY", "UPLOAD_USAGE", "dtype_of", "invoke_checked", "read_only"]
 
 SMALL_RESULT_BYTES = 64 * 1024  # results copied out rather than mapped (a decode step's attention output: 16 KiB)
 
@@ -96,15 +96,7 @@ class FastCalls:
                 return None
             arg_list, residents, uploaded, passed_refs = packed
             m.uploaded_bytes = uploaded
-            ret = ireert.VmVariantList(plan.results + plan.checks)
-            try:
-                m._context.invoke(plan.vm_function, arg_list, ret)
-            except ValueError as e:
-                raise RuntimeInvocationError(f"@{function}: {e}") from None
-            except RuntimeError as e:
-                raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
-            if plan.checks:
-                m.raise_failed_check(function, bytes(ret.get_as_object(plan.results, ireert.HalBufferView).map()))
+            ret = invoke_checked(m, plan, arg_list)
             refs = [(device_array._buffer_view.ref, host) for device_array, host in residents]
             if m.share_buffers:
                 plan.learn_fed_back(residents)
@@ -188,6 +180,21 @@ class FastCalls:
             converted, shared = as_dtype(mapped, want)
             return converted.copy() if shared else converted
         return mapped.copy()
+
+
+def invoke_checked(module, plan: _Plan, arg_list):
+    """The VM's results of ``plan``'s function called on ``arg_list`` (under the module's lock),
+    its run-time checks read: a failed call or check raises :class:`RuntimeInvocationError`."""
+    ret = ireert.VmVariantList(plan.results + plan.checks)
+    try:
+        module._context.invoke(plan.vm_function, arg_list, ret)
+    except ValueError as e:
+        raise RuntimeInvocationError(f"@{plan.function}: {e}") from None
+    except RuntimeError as e:
+        raise RuntimeInvocationError(f"@{plan.function}: {vm_failure(str(e))}") from e
+    if plan.checks:
+        module.raise_failed_check(plan.function, bytes(ret.get_as_object(plan.results, ireert.HalBufferView).map()))
+    return ret
 
 
 def read_only(view, dtype: np.dtype) -> np.ndarray:
