@@ -29,7 +29,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from decode_step import add_host_options, compile_for_cpus, configs, cpu_model, ort_shared, parse_host_options, vmfb_name
+from decode_step import add_host_options, bound_run, compile_for_cpus, configs, cpu_model, ort_shared, parse_host_options, vmfb_name
 from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.testing.gqa_onnx import make_inputs, make_model
 
@@ -44,20 +44,6 @@ def shared_step(model, feeds, threads: int, vmfb: Optional[bytes]):
     step = dict(feeds, past_key=key, past_value=value)
     sess.run(None, step)  # the lean path's plan is learnt on the general path's first call
     return sess, step
-
-
-def bound_step(sess, step) -> Callable[[], object]:
-    """The step's inputs bound once, its output asked of each run (as decode_step.py's shared mode)."""
-    binding = sess.io_binding()
-    for name, value in step.items():
-        binding.bind_cpu_input(name, value)
-    binding.bind_output("output")
-
-    def run():
-        sess.run_with_iobinding(binding)
-        return binding.get_outputs()
-
-    return run
 
 
 def general_path(sess) -> None:
@@ -108,7 +94,7 @@ def main() -> None:
         (lean, lean_step), (general, general_step) = (shared_step(model, feeds, threads, vmfb) for _ in range(2))
         general_path(general)
         calls = {"onnxruntime": ort_shared(model, feeds, threads).run,
-                 "ours, IO binding": bound_step(lean, lean_step),
+                 "ours, IO binding": bound_run(lean, lean_step),
                  "ours, lean path": lambda: lean.run(None, lean_step),
                  "ours, general path": lambda: general.run(None, general_step),
                  "ours, VM call alone": vm_call(lean, lean_step)}

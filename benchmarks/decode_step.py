@@ -172,17 +172,25 @@ def ours(model, feeds, threads, shared: bool, resident_past: bool = False, align
         return sess.run(None, step)
 
     if bind:
-        binding = sess.io_binding()
-        for name, value in step.items():
-            binding.bind_cpu_input(name, value)
-        binding.bind_output("output")
-
-        def run():  # noqa: F811
-            sess.run_with_iobinding(binding)
-            return binding.get_outputs()
+        run = bound_run(sess, step)
 
     first = run()[0]
     return Runner(run, first, uploaded=sess.uploaded_bytes, written=None if vmfb else stream_writes(model, threads))
+
+
+def bound_run(sess, step: Dict[str, np.ndarray]):
+    """A run of ``sess`` on ``step``'s arrays bound once (``io_binding``), asking the output only
+    (as ort_shared binds onnxruntime's); returns the bound outputs."""
+    binding = sess.io_binding()
+    for name, value in step.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("output")
+
+    def run():
+        sess.run_with_iobinding(binding)
+        return binding.get_outputs()
+
+    return run
 
 
 def aligned_copy(a: np.ndarray, offset: int = 0) -> np.ndarray:

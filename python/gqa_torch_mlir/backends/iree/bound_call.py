@@ -25,7 +25,7 @@ so that no array handed out is overwritten by the next call.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -59,7 +59,6 @@ class BoundCall:
         self._refresh = [(device, host) for _, device, host in self._copies]
         self.copied_bytes = sum(host.nbytes for _, host in self._refresh)
         self._arg_list = self._packed()
-        self._known: Dict[int, Tuple[int, np.ndarray]] = {}  # result: (VM reference, the resident array it was)
 
     @classmethod
     def of(cls, module, function: str, args: Sequence, wanted: Sequence[int]) -> Optional["BoundCall"]:
@@ -110,9 +109,7 @@ class BoundCall:
             ret = invoke_checked(m, plan, arg_list)
             results = [None] * plan.results
             for i in self._wanted:
-                view = ret.get_as_object(i, ireert.HalBufferView)
-                known = self._known.get(i)
-                results[i] = known[1] if known is not None and known[0] == view.ref else self._result(i, view)
+                results[i] = self._result(i, ret.get_as_object(i, ireert.HalBufferView))
             return results
 
     def _refreshed(self):
@@ -135,7 +132,6 @@ class BoundCall:
         ref, want = view.ref, self._plan.wants[i]
         for resident_ref, host in self._residents:
             if resident_ref == ref and (want is None or host.dtype == want):
-                self._known[i] = (ref, host)
                 return host
         m = self._module
         dtype = dtype_of(view.element_type)
