@@ -182,6 +182,8 @@ class InferenceSession:
         return getattr(self._compiled, "uploaded_bytes", None)
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, np.ndarray], run_options=None) -> List[np.ndarray]:
+        if run_options is not None:
+            _refuse_run_options(run_options)
         args = self._plain.args(input_feed) if output_names is None else None
         if args is not None:  # every feed a numpy array as declared: the checks below would pass it as it is
             return self._plain.results(self._compiled.invoke(self._function, *args))
@@ -213,6 +215,8 @@ class InferenceSession:
         """Run on the arrays bound to ``iobinding``; its ``get_outputs()`` then has the bound outputs."""
         if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
             raise RuntimeInvocationError("run_with_iobinding needs an IOBinding made by this session's io_binding()")
+        if run_options is not None:
+            _refuse_run_options(run_options)
         call, picks = iobinding.call, iobinding.picks
         if call is None or picks is None:
             call, picks = self._bind(iobinding)
@@ -352,6 +356,12 @@ class _PlainFeeds:
 
     def results(self, raw) -> List[np.ndarray]:
         return [r if r.dtype == want else _as_onnx_type(r, o) for r, o, want in zip(raw, self._outputs, self._output_dtypes)]
+
+
+def _refuse_run_options(run_options) -> None:
+    """onnxruntime's RunOptions (log levels, a run tag, terminate) have no counterpart here:
+    refused rather than ignored."""
+    raise RuntimeInvocationError(f"run_options is not supported (got {type(run_options).__name__}); pass None")
 
 
 def _signless(array: np.ndarray) -> np.ndarray:

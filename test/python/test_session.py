@@ -166,6 +166,14 @@ def test_signature_values_spelled_out():
 # ---------------------------------------------------------------------------
 
 
+def test_run_options_are_refused_not_ignored(decode_session, decode_feeds):
+    with pytest.raises(RuntimeInvocationError, match=r"run_options is not supported \(got dict\); pass None"):
+        decode_session.run(None, decode_feeds, {"log_severity_level": 0})
+    binding = decode_session.io_binding()
+    with pytest.raises(RuntimeInvocationError, match="run_options is not supported"):
+        decode_session.run_with_iobinding(binding, run_options=object())
+
+
 def test_run_none_returns_all_outputs_in_graph_order(decode_session, decode_feeds):
     got = decode_session.run(None, decode_feeds)
     want = ort_session(make_model(DECODE)).run(None, decode_feeds)
