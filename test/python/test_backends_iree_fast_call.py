@@ -158,3 +158,26 @@ def test_other_feeds_take_the_general_path(case, monkeypatch):
     assert len(general_calls) == 2, "the second call should have taken the general path"
     problems = compare(SHARED, got, run_onnxruntime(model, theirs), theirs)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("raised", [IndexError, KeyError, OSError])
+def test_a_vm_failure_of_any_status_is_a_runtime_invocation_error(raised):
+    """IREE's runtime raises IndexError for an OUT_OF_RANGE status (a command buffer's validation),
+    KeyError for NOT_FOUND: the lean path reports each as RuntimeInvocationError with IREE's first
+    line, as a RuntimeError was (the general path catches the same vm_results.VM_ERRORS); in
+    round 26 an IndexError reached the user of a three-layer decoder."""
+    sess = InferenceSession(make_model(GROWING), backend="iree-cpu", threads=1)
+    feeds = make_inputs(GROWING, seed=1)
+    outputs(sess, feeds)  # the lean path learns the function
+    compiled = sess._compiled
+
+    class Failing:
+        def invoke(self, *args):
+            raise raised("Error invoking function: c/runtime/x.c:1: OUT_OF_RANGE; a status of IREE's\n[ 0] bytecode")
+
+    real, compiled._context = compiled._context, Failing()
+    try:
+        with pytest.raises(RuntimeInvocationError, match=r"@\w+: .*OUT_OF_RANGE; a status of IREE's"):
+            outputs(sess, feeds)
+    finally:
+        compiled._context = real

@@ -38,7 +38,7 @@ from iree.runtime.array_interop import map_dtype_to_element_type
 
 from ...errors import RuntimeInvocationError
 from .host_import import MIN_BYTES
-from .vm_results import as_dtype, vm_failure
+from .vm_results import VM_ERRORS, as_dtype, vm_failure
 
 __all__ = ["ELEMENT_TYPES", "FastCalls", "SMALL_RESULT_BYTES", "UPLOAD_MEMORY", "UPLOAD_USAGE", "dtype_of", "invoke_checked", "read_only"]
 
@@ -190,7 +190,7 @@ def invoke_checked(module, plan: _Plan, arg_list):
         module._context.invoke(plan.vm_function, arg_list, ret)
     except ValueError as e:
         raise RuntimeInvocationError(f"@{plan.function}: {e}") from None
-    except RuntimeError as e:
+    except VM_ERRORS as e:
         raise RuntimeInvocationError(f"@{plan.function}: {vm_failure(str(e))}") from e
     if plan.checks:
         module.raise_failed_check(plan.function, bytes(ret.get_as_object(plan.results, ireert.HalBufferView).map()))

@@ -27,7 +27,7 @@ from .bound_call import BoundCall
 from .fast_call import FastCalls
 from .feed_alignment import feeds_at_16
 from .host_import import InPlaceFeeds
-from .vm_results import as_dtype, check_messages, failed_check, vm_failure
+from .vm_results import VM_ERRORS, as_dtype, check_messages, failed_check, vm_failure
 
 __all__ = ["DeviceValue", "IreeCompiledModule", "available_cpus", "device_for", "local_task_workers"]
 
@@ -207,7 +207,7 @@ class IreeCompiledModule:
                 results = invoker(*arrays)
             except ValueError as e:
                 raise RuntimeInvocationError(f"@{function}: {e}") from None
-            except RuntimeError as e:  # the VM failed the call: keep IREE's whole report as the cause
+            except VM_ERRORS as e:  # the VM failed the call: keep IREE's whole report as the cause
                 raise RuntimeInvocationError(f"@{function}: {vm_failure(str(e))}") from e
             results = results if isinstance(results, tuple) else (results,)
             if self.checks(function) is not None:  # the function's run-time checks, returned last

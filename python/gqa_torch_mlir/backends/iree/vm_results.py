@@ -16,6 +16,12 @@ __all__ = ["as_dtype", "check_messages", "failed_check", "vm_failure"]
 _FAILED_CHECK = "FAILED_PRECONDITION; "
 
 
+# What IREE's Python runtime raises for a call the VM failed, by status: RuntimeError for most,
+# IndexError for OUT_OF_RANGE (a command buffer's validation), KeyError for NOT_FOUND,
+# OSError for the rest (ValueError, INVALID_ARGUMENT, is the caller's: handled apart).
+VM_ERRORS = (RuntimeError, LookupError, OSError)
+
+
 def vm_failure(report: str) -> str:
     """The part of IREE's report on a failed call that is news to the user.
 
