@@ -192,9 +192,14 @@ def _branch_checks(block) -> list:
 
 def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
     """The checks on tensors in ``if_op``'s branches moved after it (see above): the If rebuilt with
-    one more i1 [] result per check, each branch yielding its own check's tensor or ``true``, and
-    one more for the conjunction of its own checks, joined where they are computed
-    (:func:`_conjunction`).  Returns [(the checks' results, their conjunction's)], or []."""
+    one more result, ``checks_K1`` i1 [K+1]: each branch yields its own checks' i1s (``true`` for
+    the other branch's) and the conjunction of its own, joined where they are computed
+    (:func:`_conjunction`), packed into one tensor; the reads after the If take its elements.
+    One result, not one per check: IREE 3.13's VM passed a buffer given to two block arguments
+    of one branch (the same ``true``, or two checks IREE packed into one allocation) to the first
+    and a null buffer to the second, and the call failed in a copy (OUT_OF_RANGE, "indirect buffer
+    reference slot 0") on builder decoders of three layers or more (docs/limits.md).
+    Returns [(the checks' elements, their conjunction's)], or []."""
     blocks = [region.blocks[0] for region in if_op.regions]
     for block in blocks:  # a branch in a branch: its checks into this one's block first
         for nested in [op.operation for op in block.operations if op.operation.name == "torch.prim.If"]:
@@ -202,8 +207,8 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
     pairs = [(side, read, check) for side, block in enumerate(blocks) for read, check in _branch_checks(block)]
     if not pairs:
         return []
-    ok_type = types.get("!torch.vtensor<[],i1>")
-    new_if = ir.Operation.create("torch.prim.If", results=[r.type for r in if_op.results] + [ok_type] * (len(pairs) + 1),
+    packed_type = types.get(f"!torch.vtensor<[{len(pairs) + 1}],i1>")
+    new_if = ir.Operation.create("torch.prim.If", results=[r.type for r in if_op.results] + [packed_type],
                                  operands=[if_op.operands[0]], regions=2, loc=if_op.location, ip=ir.InsertionPoint(if_op))
     for side, (block, region) in enumerate(zip(blocks, new_if.regions)):
         block.append_to(region)
@@ -214,24 +219,27 @@ def _hoist_branch_checks(if_op, ir, types: TypeCache) -> list:
         oks, own = [], []
         for where, read, _ in pairs:
             if where == side:
-                oks.append(read.operands[0])
-                own.append(Tensor(read.operands[0], (), "i1"))
+                oks.append(Tensor(read.operands[0], (), "i1"))
+                own.append(oks[-1])
             else:
-                true = true or tb.eq_scalar(tb.dim_tensor(0), 0).value  # [] i1 true
+                true = true or tb.eq_scalar(tb.dim_tensor(0), 0)  # [] i1 true
                 oks.append(true)
-        joined = _conjunction(ops, own, ir, types, if_op.location) if own else Tensor(true, (), "i1")
-        ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + oks + [joined.value], loc=terminator.location,
+        joined = _conjunction(ops, own, ir, types, if_op.location) if own else true
+        checks_K1 = tb.cat([tb.unsqueeze(ok, 0) for ok in oks + [joined]], 0)  # K+1 x [] -> [K+1]
+        ir.Operation.create("torch.prim.If.yield", operands=list(terminator.operands) + [checks_K1.value], loc=terminator.location,
                             ip=ir.InsertionPoint(terminator))
         terminator.erase()
     for old, new in zip(if_op.results, new_if.results):
         old.replace_all_uses_with(new)
-    last = new_if
+    after = TorchBuilder(ir, types, ir.InsertionPoint(if_op), if_op.location)  # right after the new If
+    checks_K1 = Tensor(new_if.results[len(if_op.results)], (len(pairs) + 1,), "i1")
+    elements = [after.tensor_op("torch.aten.select.int", [checks_K1.value, after.int(0), after.int(k)], (), "i1").value
+                for k in range(len(pairs) + 1)]  # [K+1] -> [] each
+    last = elements[-1].owner
     for k, (_, read, check) in enumerate(pairs):  # in program order, after the If
-        read.operands[0] = new_if.results[len(if_op.results) + k]
+        read.operands[0] = elements[k]
         read.move_after(last)
         check.move_after(read)
         last = check
-    kept = len(if_op.results)
     if_op.erase()
-    checks = list(new_if.results)[kept:]
-    return [(checks[:-1], checks[-1])]
+    return [(elements[:-1], elements[-1])]

@@ -600,7 +600,9 @@ def test_checks_leave_the_batch_branch():
     assert str(checks_K.type).endswith("],i1>"), checks_K.type
     joined = checks_K.owner.operands[0].owner  # aten.cat of the checks' [1] views
     oks = [v.owner.operands[0] for v in joined.operands]  # each [] -> [1]
-    assert any(ok.owner == batch_if for ok in oks)  # the branch's checks, yielded by it
+    yielded = [op.operands[0] for op in (ok.owner.operation for ok in oks) if op.name == "torch.aten.select.int"]
+    assert any(v.owner == batch_if for v in yielded)  # the branch's checks, yielded by it as one [K+1] i1 ...
+    assert [str(r.type) for r in batch_if.results if str(r.type).endswith("],i1>")] == [str(yielded[0].type)]  # ... alone
     from iree.compiler import ir as iree_ir
 
     messages = json.loads(iree_ir.StringAttr(func.operation.attributes["iree.reflection"]["gqa.checks"]).value)

@@ -693,3 +693,26 @@ def test_generate_command_matches_onnxruntime():
     assert "RESULT: identical greedy tokens" in run.stdout
     assert "compiling: convert-onnx-gqa-to-torch" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_a_three_layer_decoder_on_iree_cpu():
+    """The builder's llama with layer 1 repeated (three layers), iree-cpu's defaults: its prompt and
+    decode steps as onnxruntime's.  IREE 3.13's VM handed a null buffer to the second of two
+    block arguments that got the same one; the deferred checks of each layer's decode branch were
+    yielded that way, and from three layers on the step failed in a copy (OUT_OF_RANGE, "indirect
+    buffer reference slot 0"): deferred_checks.py now yields one packed tensor per branch."""
+    from gqa_torch_mlir.testing.layers import with_layers
+
+    path = FIXTURES / "llama-fp32"
+    model = with_layers(onnx.load(str(path / "model.onnx")), 3)
+    decoder = Decoder("llama-fp32")
+    decoder.layers = 3  # (its genai_config.json says 2)
+    sess = InferenceSession(model, backend="iree-cpu", threads=1)
+
+    def run(feeds):
+        return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+    ort_tokens, ort_logits, _ = decoder.generate(lambda f: onnxruntime_run(model, f))
+    _, logits, _ = decoder.generate(run, tokens=ort_tokens)
+    for step, (ours, ref) in enumerate(zip(logits, ort_logits)):
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=TOLERANCE["fp32"], err_msg=f"step {step}")
