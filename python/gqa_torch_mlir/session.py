@@ -23,6 +23,7 @@ from .errors import GqaTorchMlirError, RuntimeInvocationError
 from .io_binding import IOBinding
 from .options import LoweringOptions
 from .pipeline import ModelLike, compile, load_model
+from .specialize import EntryPoints, checked as checked_specializations, function_name, general_function
 
 _ONNX_TO_NUMPY = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -104,6 +105,12 @@ class InferenceSession:
 
     ``attention`` and ``prefill_loop`` are the lowering's options (options.py) where the
     backend's defaults are not wanted.
+
+    ``specialize`` (IREE backends) is a dict of symbolic input dims to sizes, or a list of
+    them: each compiles the model again with those dims fixed, into the same module (the
+    weights shared), and a call whose feeds have those sizes runs that copy (specialize.py).
+    ``{"batch_size": 1, "sequence_length": 1}`` makes a builder decoder's decode step one
+    submission instead of branches in every layer.
     """
 
     def __init__(
@@ -115,6 +122,7 @@ class InferenceSession:
         attention: Optional[str] = None,
         share_buffers: bool = False,
         prefill_loop: Optional[str] = None,
+        specialize=None,
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
@@ -128,20 +136,26 @@ class InferenceSession:
             raise GqaTorchMlirError(f"share_buffers needs backend 'iree-cpu' or 'iree-cuda' (the {backend} copies every input and output)")
         if threads is not None and backend == "iree-cuda":
             raise GqaTorchMlirError(f"threads is a CPU setting; backend 'iree-cuda' takes none (got {threads!r})")
+        if specialize is not None and backend not in IREE_BACKENDS:
+            raise GqaTorchMlirError(f"specialize needs backend 'iree-cpu' or 'iree-cuda' (the {backend} compiles one function)")
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
         self._outputs = _node_args(proto.graph.output)
         self._plain = _PlainFeeds(self._inputs, self._outputs)  # run's quick check
+        specs = checked_specializations(proto, specialize)
         options = LoweringOptions.for_backend(backend, attention, prefill_loop)  # options.py: BACKEND_DEFAULTS
-        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers)
+        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers, specs)
+        self._entries = EntryPoints(self._function, list(zip(getattr(self._compiled, "specialized", []), specs)),
+                                    [a.shape for a in self._inputs])
 
     @classmethod
     def from_vmfb(cls, model: ModelLike, vmfb: bytes, backend: str = "iree-cuda", threads: Optional[int] = None,
-                  share_buffers: bool = False) -> "InferenceSession":
+                  share_buffers: bool = False, specialize=None) -> "InferenceSession":
         """A session over a module compiled elsewhere (``gqa-torch-mlir compile MODEL --backend B -o
         MODEL.vmfb``), run with iree-base-runtime alone: no compiler, no torch-mlir.  ``model`` is the
-        ONNX model it was compiled from (its inputs and outputs name the arguments and results)."""
+        ONNX model it was compiled from (its inputs and outputs name the arguments and results);
+        ``specialize`` as given to ``compile --specialize``, in its order."""
         if backend not in IREE_BACKENDS:
             raise GqaTorchMlirError(f"from_vmfb needs an IREE backend ({', '.join(IREE_BACKENDS)}), got '{backend}'")
         from .backends.iree.runtime import IreeCompiledModule
@@ -153,11 +167,12 @@ class InferenceSession:
         self._outputs = _node_args(proto.graph.output)
         self._plain = _PlainFeeds(self._inputs, self._outputs)  # run's quick check
         dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type)) for o in proto.graph.output]
+        specs = checked_specializations(proto, specialize)
         compiled = IreeCompiledModule(vmfb, "", dtypes, threads, share_buffers, IREE_TARGETS[backend].driver)
-        if len(compiled.functions()) != 1:
-            raise GqaTorchMlirError(f"the vmfb has {len(compiled.functions())} entry points ({', '.join(compiled.functions())}); expected one")
-        compiled.function = self._function = compiled.functions()[0]
+        compiled.function = self._function = general_function(compiled.functions(), len(specs))
+        compiled.specialized = [function_name(self._function, k) for k in range(len(specs))]
         self._compiled = compiled
+        self._entries = EntryPoints(self._function, list(zip(compiled.specialized, specs)), [a.shape for a in self._inputs])
         return self
 
     def get_inputs(self) -> List[NodeArg]:
@@ -186,7 +201,7 @@ class InferenceSession:
             _refuse_run_options(run_options)
         args = self._plain.args(input_feed) if output_names is None else None
         if args is not None:  # every feed a numpy array as declared: the checks below would pass it as it is
-            return self._plain.results(self._compiled.invoke(self._function, *args))
+            return self._plain.results(self._compiled.invoke(self._entries.pick(args), *args))
         if not isinstance(input_feed, Mapping):
             raise RuntimeInvocationError(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         if output_names is not None and (isinstance(output_names, (str, bytes)) or not all(isinstance(n, str) for n in output_names)):
@@ -197,7 +212,7 @@ class InferenceSession:
             raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
         self._refuse_empty_on_cuda(args)
         try:
-            raw = self._compiled.invoke(self._function, *[_signless(a) for a in args])
+            raw = self._compiled.invoke(self._entries.pick(args), *[_signless(a) for a in args])
         except MemoryError:  # a copy of a feed (a broadcast view, say) or an output that does not fit
             raise RuntimeInvocationError("out of memory: the feeds, or the outputs they give, need more memory than this process can get") from None
         results = {o.name: _as_onnx_type(r, o) for o, r in zip(self._outputs, raw)}
@@ -229,10 +244,10 @@ class InferenceSession:
         self._refuse_empty_on_cuda(args)
         index = {o.name: j for j, o in enumerate(self._outputs)}
         iobinding.picks = [(index[n], self._plain.output_dtype(index[n]), self._outputs[index[n]]) for n in names]
-        bind = getattr(self._compiled, "bound", None)
-        call = bind(self._function, args, [j for j, _, _ in iobinding.picks]) if bind is not None else None
+        bind, function = getattr(self._compiled, "bound", None), self._entries.pick(args)
+        call = bind(function, args, [j for j, _, _ in iobinding.picks]) if bind is not None else None
         iobinding.call = call  # None until the lean path has learnt the function: invoke meanwhile
-        return call or (lambda: self._compiled.invoke(self._function, *args)), iobinding.picks
+        return call or (lambda: self._compiled.invoke(function, *args)), iobinding.picks
 
     def _bound_feed(self, name: str, value) -> np.ndarray:
         """A value bound to input ``name``, checked as ``run`` checks a feed."""
@@ -267,7 +282,7 @@ class InferenceSession:
         if unknown:
             raise RuntimeInvocationError(f"unknown input name(s): {', '.join(sorted(map(repr, unknown)))}")
         self._refuse_empty_on_cuda(args)
-        raw = self._compiled.invoke_device(self._function, *[a if hasattr(a, "device_array") else _signless(a) for a in args])
+        raw = self._compiled.invoke_device(self._entries.pick(args), *[a if hasattr(a, "device_array") else _signless(a) for a in args])
         results = dict(zip([o.name for o in self._outputs], raw))
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
         missing = [n for n in names if n not in results]
@@ -383,14 +398,16 @@ def _compile_for(
     runtime_verification: bool,
     options: LoweringOptions,
     share_buffers: bool = False,
+    specialize: Sequence[Dict[str, int]] = (),
 ):
-    """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph."""
+    """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph (IREE: and
+    ``compiled.specialized``, the functions compiled for ``specialize``)."""
     if backend in IREE_BACKENDS:
         try:
             from .backends.iree import IreeBackend
         except ImportError as e:
             raise GqaTorchMlirError(f"backend '{backend}' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
-        compiled = IreeBackend(threads=threads, options=options, share_buffers=share_buffers, target=backend).compile(proto)
+        compiled = IreeBackend(threads=threads, options=options, share_buffers=share_buffers, target=backend).compile(proto, specialize)
         return compiled, compiled.function
     from .backends.refbackend import RefBackend
 

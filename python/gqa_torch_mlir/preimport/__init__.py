@@ -11,6 +11,7 @@ once a step changes it, and what one step leaves for a later one).
   loops.py             Loop nodes in the form torch-mlir's Loop conversion takes
   shapes.py            shape inference past our contrib ops
   outputs.py           declared graph output shapes released for inference, then typed
+  dims.py              symbolic dims fixed in a copy of the model (for specialize.py; not a step)
   totals.py            GroupQueryAttention's total_sequence_length from a shape, in a form read on the host
 """
 

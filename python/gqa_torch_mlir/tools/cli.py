@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--attention", choices=ATTENTION_FORMS, help="the attention form (default: the backend's)")
     c.add_argument("--prefill-loop", choices=("off", "on"),
                    help="a causal prefill of run-time length in blocks of query rows, in a loop (default: on)")
+    c.add_argument("--specialize", action="append", default=[], metavar="NAME=SIZE[,NAME=SIZE]",
+                   help="with --backend: also compile the model with these symbolic input dims fixed, as a second entry "
+                        "point (repeatable; e.g. batch_size=1,sequence_length=1 for decode steps)")
     c.add_argument("-o", "--output", default="-")
     return parser
 
@@ -80,6 +83,8 @@ def cmd_compile(args) -> int:
 
     if args.backend is not None:
         return _compile_for_iree(args)
+    if args.specialize:
+        raise GqaTorchMlirError("--specialize is for an IREE module: add --backend iree-cpu or iree-cuda")
     options = LoweringOptions.for_backend("refbackend", args.attention, args.prefill_loop) if args.attention or args.prefill_loop else None
     module = compile(args.model, output_type=args.output_type or "torch", options=options)
     write_text(args.output, str(module))
@@ -96,17 +101,22 @@ def _compile_for_iree(args) -> int:
     except ImportError as e:
         raise GqaTorchMlirError(f"--backend {args.backend} needs IREE's compiler ({e}): pip install 'gqa-torch-mlir[iree]'") from None
     from ..options import LoweringOptions
+    from ..pipeline import load_model
+    from ..specialize import checked, parse
 
+    model = load_model(args.model)
+    specs = checked(model, [parse(text) for text in args.specialize])
     backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention, args.prefill_loop))
-    lowered = backend.lower(args.model)
-    function = lowered.function
+    lowered = backend.lower(model, specs)
+    entries = ", ".join([f"@{lowered.function}"] + [f"@{name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+                                                     for name, sizes in lowered.specialized])
     vmfb = backend.compile_lowered(lowered)
     try:
         with open(args.output, "wb") as f:
             f.write(vmfb)
     except OSError as e:
         raise GqaTorchMlirError(f"cannot write '{args.output}': {e.strerror}") from None
-    print(f"wrote {args.output} ({len(vmfb)} bytes) for {args.backend}; entry point @{function}", file=sys.stderr)
+    print(f"wrote {args.output} ({len(vmfb)} bytes) for {args.backend}; entry points {entries}", file=sys.stderr)
     return 0
 
 

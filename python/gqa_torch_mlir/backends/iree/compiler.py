@@ -8,7 +8,9 @@ works in one process, in one MLIRContext:
     MLIRContext, which carries IREE's dialect registry (torch included).  The
     ONNX model, loaded and shape-inferred as :mod:`gqa_torch_mlir.pipeline`
     does, is imported into that context with the torch-mlir ONNX importer IREE
-    ships as ``iree.compiler.extras.onnx_importer``.
+    ships as ``iree.compiler.extras.onnx_importer``.  Each ``specialize`` entry
+    (specialize.py) imports a copy with those dims fixed into the same context
+    and moves its function beside the first, on the first one's constants.
 ``guard-onnx-indices``, ``convert-onnx-gqa-to-torch``
     :func:`gqa_torch_mlir.passes.apply_guards`, then
     :func:`~gqa_torch_mlir.passes.apply_lowerings`, run on IREE's module, as
@@ -66,8 +68,8 @@ import sys
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -78,10 +80,12 @@ from iree.compiler.extras import onnx_importer
 
 from ...errors import CompileStageError, GqaTorchMlirError, LoweringError
 from ...preimport import prepare_for_import
+from ...preimport.dims import with_dims_fixed
 from ...options import LoweringOptions
 from ...passes import GUARD_ARGUMENT, PASS_ARGUMENT, apply_guards, apply_lowerings
 from ...pipeline import ModelLike, load_model
 from ...repro import repro_command, save_stage_input
+from ...specialize import function_name
 from .runtime import IreeCompiledModule
 from . import feed_alignment, tuning
 from .targets import TARGETS
@@ -196,6 +200,8 @@ class LoweredModule:
     function: str
     output_dtypes: List[np.dtype]
     proto: onnx.ModelProto
+    # (function, the dims it fixes) per specialization (specialize.py), in the order given
+    specialized: List[Tuple[str, Dict[str, int]]] = field(default_factory=list)
 
     def asm(self) -> str:
         return _parsable(str(self.module))
@@ -249,18 +255,26 @@ class IreeBackend:
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
         self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + tuple(extra_flags)
 
-    def compile(self, model: ModelLike) -> "IreeCompiledModule":
+    def compile(self, model: ModelLike, specialize: Sequence[Mapping[str, int]] = ()) -> "IreeCompiledModule":
         """Lower, compile with IREE in process and load on the runtime device."""
-        lowered = self.lower(model)
+        lowered = self.lower(model, specialize)
         vmfb = self.compile_lowered(lowered)
-        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads, self.share_buffers, self.target.driver)
+        return IreeCompiledModule(vmfb, lowered.function, lowered.output_dtypes, self.threads, self.share_buffers, self.target.driver,
+                                  [name for name, _ in lowered.specialized])
 
-    def lower(self, model: ModelLike) -> LoweredModule:
-        """Import ``model`` into a new IREE session's context and run our pass there."""
-        proto = prepare_for_import(load_model(model))
+    def lower(self, model: ModelLike, specialize: Sequence[Mapping[str, int]] = ()) -> LoweredModule:
+        """Import ``model`` into a new IREE session's context and run our pass there.
+
+        ``specialize`` (dim name -> size mappings, checked by specialize.checked): each adds a
+        public function, the model with those dims fixed, beside the general one."""
+        loaded = load_model(model)
+        proto = prepare_for_import(loaded)
         if self.plugin:
             _check_no_dynamic_gqa_in_if(proto, self.target.backend)
         session, module = self._import(proto)
+        main = ir.StringAttr(self._main_function(module).attributes["sym_name"]).value
+        specialized = [(self._add_fixed(module, prepare_for_import(with_dims_fixed(loaded, sizes)), function_name(main, k)), dict(sizes))
+                       for k, sizes in enumerate(specialize)]
         diagnostics = _Diagnostics(module.context)
         try:
             failed, refused = self._run_our_passes(module) if self.plugin else (None, [])
@@ -276,13 +290,14 @@ class IreeBackend:
         if refused:
             repro = repro_command(failed, _asm(self._import(proto)[1]), ours)
             lines = "\n".join(f"error: {r}" for r in refused)
+            if specialized:
+                lines += f"\n(the model was lowered as declared and with dims fixed: {'; '.join(map(str, dict(specialized).values()))})"
             raise LoweringError(f"{failed} failed:\n{lines}\nreproduce with:\n  {repro}", [str(r) for r in refused])
         if invalid is not None:
             repro = repro_command(PASS_ARGUMENT, _asm(self._import(proto)[1]), ours)
             raise CompileStageError(PASS_ARGUMENT, f"the module does not verify after the pass: {invalid}", repro)
-        function = ir.StringAttr(self._main_function(module).attributes["sym_name"]).value
         output_dtypes = [_onnx_dtype(o.type.tensor_type.elem_type) for o in proto.graph.output]
-        return LoweredModule(session, module, function, output_dtypes, proto)
+        return LoweredModule(session, module, main, output_dtypes, proto, specialized)
 
     def _run_our_passes(self, module) -> Tuple[Optional[str], list]:
         """guard-onnx-indices, then convert-onnx-gqa-to-torch, on IREE's module: (the pass that refused, refusals)."""
@@ -329,7 +344,8 @@ class IreeBackend:
         if vmfb is None:
             messages = "\n".join(_unique_lines(captured.text) + errors)
             # The module was changed in place by IREE's pipeline: lower the model again.
-            repro = iree_compile_repro("iree-compile", self.lower(lowered.proto).asm(), self.flags)
+            again = self.lower(lowered.proto, [sizes for _, sizes in lowered.specialized])
+            repro = iree_compile_repro("iree-compile", again.asm(), self.flags)
             raise CompileStageError("iree-compile", messages or "IREE's compilation failed without a diagnostic", repro)
         return vmfb
 
@@ -347,18 +363,19 @@ class IreeBackend:
     def _import(self, proto: onnx.ModelProto):
         """``(session, module)``: ``proto`` imported into a new session's context."""
         session = self._session()
-        diagnostics = _Diagnostics(session.context)
-        try:
-            with warnings.catch_warnings():  # an unnamed optional output has no type: nothing to warn about
-                warnings.filterwarnings("ignore", message="Found a node without a valid type proto")
-                info = onnx_importer.ModelInfo(proto)
-                module = info.create_module(context=session.context)
-                onnx_importer.NodeImporter.define_function(info.main_graph, module.operation).import_all()
-        except Exception as e:
-            raise CompileStageError("import", f"{type(e).__name__}: {e}\n{diagnostics.take()}".strip()) from None
-        finally:
-            diagnostics.detach()
-        return session, module
+        return session, _import_into(session.context, proto)
+
+    def _add_fixed(self, module, fixed: onnx.ModelProto, name: str) -> str:
+        """``fixed`` (the model with dims fixed) imported into ``module``'s context, its function moved
+        into ``module`` as ``name``, its constants those of ``module``'s function: returns ``name``."""
+        main = self._main_function(module)
+        imported = _import_into(module.context, fixed)  # (held: its ops die with it)
+        added = self._main_function(imported)
+        added.attributes["sym_name"] = ir.StringAttr.get(name, module.context)
+        share_constants(main, added)
+        added.operation.detach_from_parent()
+        module.body.append(added.operation)
+        return name
 
     @staticmethod
     def _main_function(module):
@@ -366,6 +383,50 @@ class IreeBackend:
             if op.operation.name == "func.func" and "sym_visibility" not in op.attributes and len(op.regions[0].blocks):
                 return op
         raise GqaTorchMlirError("the imported module has no public function")
+
+
+def _import_into(context, proto: onnx.ModelProto):
+    """``proto`` imported by torch-mlir's ONNX importer as a new module of ``context``."""
+    diagnostics = _Diagnostics(context)
+    try:
+        with warnings.catch_warnings():  # an unnamed optional output has no type: nothing to warn about
+            warnings.filterwarnings("ignore", message="Found a node without a valid type proto")
+            info = onnx_importer.ModelInfo(proto)
+            module = info.create_module(context=context)
+            onnx_importer.NodeImporter.define_function(info.main_graph, module.operation).import_all()
+    except Exception as e:
+        raise CompileStageError("import", f"{type(e).__name__}: {e}\n{diagnostics.take()}".strip()) from None
+    finally:
+        diagnostics.detach()
+    return module
+
+
+def share_constants(main, added) -> None:
+    """Each ONNX constant (initializer or Constant node) of function ``added`` given the very attribute
+    of ``main``'s constant of the same name and type: the importer made a second copy of each
+    weight, and one attribute is one constant to IREE whatever its passes do with the two functions."""
+
+    def constants(function):
+        found = []
+
+        def visit(op):
+            if op.name == "torch.operator" and "torch.onnx.value" in op.attributes:
+                found.append(op)
+            return ir.WalkResult.ADVANCE
+
+        function.operation.walk(visit)
+        return found
+
+    def key(op):
+        return str(op.location), str(op.results[0].type)
+
+    ours = {}
+    for op in constants(main):
+        ours.setdefault(key(op), []).append(op.attributes["torch.onnx.value"])
+    for op in constants(added):
+        same = ours.get(key(op), [])
+        if len(same) == 1 and same[0].type == op.attributes["torch.onnx.value"].type:  # a name given once
+            op.attributes["torch.onnx.value"] = same[0]
 
 
 def _check_no_dynamic_gqa_in_if(proto: onnx.ModelProto, backend: str) -> None:

@@ -98,10 +98,11 @@ class IreeCompiledModule:
 
     def __init__(
         self, vmfb: bytes, function: str, output_dtypes: Sequence[np.dtype], threads: Optional[int], share_buffers: bool = False,
-        driver: str = "local",
+        driver: str = "local", specialized: Sequence[str] = (),
     ) -> None:
         self.vmfb = vmfb
         self.function = function
+        self.specialized = list(specialized)  # the model's functions with dims fixed (specialize.py): same results
         self.threads = threads
         self.driver = driver
         self.share_buffers = share_buffers
@@ -253,7 +254,7 @@ class IreeCompiledModule:
         return passed, residents
 
     def _want_dtype(self, function: str, i: int) -> Optional[np.dtype]:
-        if function == self.function and i < len(self._output_dtypes):
+        if (function == self.function or function in self.specialized) and i < len(self._output_dtypes):
             return np.dtype(self._output_dtypes[i])
         return None
 
