@@ -1,0 +1,127 @@
+"""A whole decoder's decode step: the builder's tiny Mistral and Llama (or copies with more layers),
+ours on iree-cpu as declared and with ``specialize`` (batch and sequence fixed to 1), against onnxruntime.
+
+    .venv/bin/python benchmarks/model_step.py [--models mistral llama] [--layers 2 8] [--threads 1 2] [--repeats 15]
+    .venv/bin/python benchmarks/model_step.py --decoder DIR     # a builder decoder of any size (make_decoder.py)
+
+mistral is the embedded decoder (every layer a sliding-window layer with an
+8-row cache), llama test/fixtures/decoders/llama-fp32 (growing caches); both
+hidden size 64, 4/2 heads of 16.  One decode step after a prompt of 12
+tokens, fed as numpy arrays through ``run``, the same feeds every call.  Three runs measured alternately in one process, each round
+in a new random order:
+
+  onnxruntime    ``InferenceSession.run``, CPU provider, intra-op threads as ours
+  as declared    ``InferenceSession(..., backend="iree-cpu")``: batch and sequence
+                 dynamic, each layer branching on B == 1 and S == 1 at run time
+  specialized    the same with ``specialize={"batch_size": 1, "sequence_length": 1}``
+                 (specialize.py): the step runs the copy compiled with both fixed
+
+Prints medians (µs) and ratios to onnxruntime, the outputs checked against
+onnxruntime's first.  Not a test: numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from compile_time import zero_feeds
+from decode_step import cpu_model
+from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER
+from gqa_torch_mlir.testing.layers import with_layers
+
+DECODE = {"batch_size": 1, "sequence_length": 1}
+MODELS = {"mistral": EMBEDDED_DECODER / "model.onnx",
+          "llama": Path(__file__).resolve().parents[1] / "test" / "fixtures" / "decoders" / "llama-fp32" / "model.onnx"}
+PROMPT = 12
+HEAD_SIZE = 16
+
+
+def model_file(name: str, layers: int, workdir: Path) -> Path:
+    """Decoder ``name`` (MODELS, 2 layers) with ``layers`` layers, saved as one ONNX file."""
+    source = onnx.load(str(MODELS[name]))
+    path = workdir / f"{name}-{layers}.onnx"
+    onnx.save(source if layers == 2 else with_layers(source, layers), str(path))
+    return path
+
+
+def step_feeds(path: Path, ref, head_size: int) -> dict:
+    """The feeds of the decode step after a prompt of PROMPT tokens (its caches from onnxruntime)."""
+    names = [o.name for o in ref.get_outputs()]
+    graph = onnx.load(str(path), load_external_data=False)
+    prefill = dict(zip(names, ref.run(None, zero_feeds(graph, head_size, PROMPT))))
+    past = {n.replace("present", "past_key_values"): v for n, v in prefill.items() if n.startswith("present.")}
+    return {"input_ids": np.array([[7]], np.int64), "attention_mask": np.ones((1, PROMPT + 1), np.int64), **past}
+
+
+def median_us(run, repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    return (time.perf_counter() - start) / repeats * 1e6
+
+
+def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = HEAD_SIZE) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    ref = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = step_feeds(path, ref, head_size)
+    expected = ref.run(None, feeds)
+    runs = {"onnxruntime": lambda: ref.run(None, feeds)}
+    for label, specialize in (("as declared", None), ("specialized", DECODE)):
+        sess = InferenceSession(str(path), backend="iree-cpu", threads=threads, specialize=specialize)
+        got = sess.run(None, feeds)
+        worst = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
+        if worst > 1e-3:
+            raise SystemExit(f"{label}: outputs differ from onnxruntime's by {worst}")
+        runs[label] = lambda sess=sess: sess.run(None, feeds)
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        order = list(runs)
+        random.shuffle(order)
+        for k in order:
+            times[k].append(median_us(runs[k], inner))
+    base = statistics.median(times["onnxruntime"])
+    for k, t in times.items():
+        m = statistics.median(t)
+        print(f"  {k:12s} {m:8.1f} µs  {m / base:5.2f}x onnxruntime")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", choices=tuple(MODELS), default=list(MODELS))
+    parser.add_argument("--layers", type=int, nargs="*", default=[2, 8])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=15, help="rounds; each times 50 calls of every run")
+    parser.add_argument("--decoder", type=Path, help="a builder decoder directory instead (genai_config.json, model.onnx)")
+    parser.add_argument("--inner", type=int, default=50, help="calls timed together in each round")
+    args = parser.parse_args()
+    print(f"CPU: {cpu_model()}")
+    if args.decoder is not None:
+        config = json.loads((args.decoder / "genai_config.json").read_text())["model"]["decoder"]
+        for threads in args.threads:
+            print(f"{args.decoder.name} ({config['num_hidden_layers']} layers, {config['num_attention_heads']}/"
+                  f"{config['num_key_value_heads']} heads of {config['head_size']}), decode step after {PROMPT} tokens, {threads} thread(s):")
+            measure(args.decoder / "model.onnx", threads, args.repeats, args.inner, config["head_size"])
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, layers in ((n, k) for n in args.models for k in args.layers):
+            path = model_file(name, layers, Path(workdir))
+            for threads in args.threads:
+                print(f"tiny {name}, {layers} layers, decode step after {PROMPT} tokens, {threads} thread(s):")
+                measure(path, threads, args.repeats, args.inner)
+
+
+if __name__ == "__main__":
+    main()
