@@ -116,7 +116,7 @@ def _compile_for_iree(args) -> int:
             f.write(vmfb)
     except OSError as e:
         raise GqaTorchMlirError(f"cannot write '{args.output}': {e.strerror}") from None
-    print(f"wrote {args.output} ({len(vmfb)} bytes) for {args.backend}; entry points {entries}", file=sys.stderr)
+    print(f"wrote {args.output} ({len(vmfb)} bytes) for {args.backend}; entry point{'s' if lowered.specialized else ''} {entries}", file=sys.stderr)
     return 0
 
 
