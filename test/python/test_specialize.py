@@ -60,20 +60,13 @@ def check_logits(logits, reference):
 
 
 def test_decode_steps_run_the_specialized_function(session, decoder, reference, monkeypatch):
+    """Through ``run``, then IO binding (a binding per step: the caches change shape as the
+    prompt's become the step's); one test, so that one compile serves both."""
     assert session._compiled.functions() == ["main_graph", function_name("main_graph", 0)]
     picked = picks_of(session, monkeypatch)
     names = [o.name for o in session.get_outputs()]
-    _, logits, _ = decoder.generate(lambda f: dict(zip(names, session.run(None, f))), PROMPT, STEPS, tokens=reference[0])
-    check_logits(logits, reference)
-    assert picked == ["main_graph"] + [function_name("main_graph", 0)] * STEPS
 
-
-def test_bound_decode_steps_run_the_specialized_function(session, decoder, reference, monkeypatch):
-    """IO binding (a binding per step: the caches change shape as the prompt's become the step's)."""
-    picked = picks_of(session, monkeypatch)
-    names = [o.name for o in session.get_outputs()]
-
-    def run(feeds):
+    def bound(feeds):
         binding = session.io_binding()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
@@ -82,9 +75,11 @@ def test_bound_decode_steps_run_the_specialized_function(session, decoder, refer
         session.run_with_iobinding(binding)
         return dict(zip(names, binding.copy_outputs_to_cpu()))
 
-    _, logits, _ = decoder.generate(run, PROMPT, STEPS, tokens=reference[0])
-    check_logits(logits, reference)
-    assert picked == ["main_graph"] + [function_name("main_graph", 0)] * STEPS
+    for run in (lambda f: dict(zip(names, session.run(None, f))), bound):
+        _, logits, _ = decoder.generate(run, PROMPT, STEPS, tokens=reference[0])
+        check_logits(logits, reference)
+        assert picked == ["main_graph"] + [function_name("main_graph", 0)] * STEPS
+        picked.clear()
 
 
 def test_the_specialized_function_uses_the_general_functions_constants(decoder):
