@@ -81,7 +81,6 @@ class EntryPoints:
 
     def __init__(self, general: str, specialized: Sequence[Tuple[str, Mapping[str, int]]], input_shapes: Sequence) -> None:
         self.general = general
-        self.names = [general, *(name for name, _ in specialized)]
         self._choices: List[Tuple[str, Tuple[Tuple[int, int, int], ...]]] = []
         for name, sizes in specialized:
             checks = tuple((i, axis, sizes[d]) for i, shape in enumerate(input_shapes)

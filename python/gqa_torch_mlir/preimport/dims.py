@@ -10,7 +10,7 @@ infos, in subgraphs too) gets the size instead; shape inference does the rest.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Mapping
+from typing import Iterator, Mapping, Set
 
 import onnx
 
@@ -24,17 +24,11 @@ def _shapes(proto: onnx.ModelProto) -> Iterator[onnx.TensorShapeProto]:
                 yield info.type.tensor_type.shape
 
 
-def input_dims(proto: onnx.ModelProto) -> Dict[str, List[str]]:
-    """Each symbolic dim of the main graph's inputs (initializers aside): the inputs that name it."""
+def input_dims(proto: onnx.ModelProto) -> Set[str]:
+    """The symbolic dims of the main graph's inputs (initializers aside)."""
     initializers = {i.name for i in proto.graph.initializer}
-    found: Dict[str, List[str]] = {}
-    for info in proto.graph.input:
-        if info.name in initializers or not info.type.tensor_type.HasField("shape"):
-            continue
-        for dim in info.type.tensor_type.shape.dim:
-            if dim.dim_param and info.name not in found.setdefault(dim.dim_param, []):
-                found[dim.dim_param].append(info.name)
-    return found
+    return {dim.dim_param for info in proto.graph.input if info.name not in initializers
+            for dim in info.type.tensor_type.shape.dim if dim.dim_param}
 
 
 def with_dims_fixed(proto: onnx.ModelProto, sizes: Mapping[str, int]) -> onnx.ModelProto:
