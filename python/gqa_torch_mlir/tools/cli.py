@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--specialize", action="append", default=[], metavar="NAME=SIZE[,NAME=SIZE]",
                    help="with --backend: also compile the model with these symbolic input dims fixed, as a second entry "
                         "point (repeatable; e.g. batch_size=1,sequence_length=1 for decode steps)")
+    c.add_argument("--weight-tiling", choices=("on", "off"),
+                   help="with --backend iree-cpu: data-tile the matmuls against constant weights (default: on; "
+                        "their packed copy is made when the module loads)")
     c.add_argument("-o", "--output", default="-")
     return parser
 
@@ -85,6 +88,8 @@ def cmd_compile(args) -> int:
         return _compile_for_iree(args)
     if args.specialize:
         raise GqaTorchMlirError("--specialize is for an IREE module: add --backend iree-cpu or iree-cuda")
+    if args.weight_tiling:
+        raise GqaTorchMlirError("--weight-tiling is for an iree-cpu module: add --backend iree-cpu")
     options = LoweringOptions.for_backend("refbackend", args.attention, args.prefill_loop) if args.attention or args.prefill_loop else None
     module = compile(args.model, output_type=args.output_type or "torch", options=options)
     write_text(args.output, str(module))
@@ -106,7 +111,9 @@ def _compile_for_iree(args) -> int:
 
     model = load_model(args.model)
     specs = checked(model, [parse(text) for text in args.specialize])
-    backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention, args.prefill_loop))
+    tiling = None if args.weight_tiling is None else args.weight_tiling == "on"
+    backend = IreeBackend(target=args.backend, options=LoweringOptions.for_backend(args.backend, args.attention, args.prefill_loop),
+                          weight_tiling=tiling)
     lowered = backend.lower(model, specs)
     entries = ", ".join([f"@{lowered.function}"] + [f"@{name} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
                                                      for name, sizes in lowered.specialized])

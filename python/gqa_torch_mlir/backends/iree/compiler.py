@@ -87,7 +87,7 @@ from ...pipeline import ModelLike, load_model
 from ...repro import repro_command, save_stage_input
 from ...specialize import function_name
 from .runtime import IreeCompiledModule
-from . import feed_alignment, tuning
+from . import feed_alignment, tuning, weight_tiling
 from .targets import TARGETS
 
 __all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
@@ -175,6 +175,36 @@ def _unique_lines(text: str) -> List[str]:
     return lines
 
 
+def _execute(session: Session, module, captured: _Captured, errors: List[str], phase=None, to_vm: bool = False):
+    """Run IREE's pipeline on ``module`` in a new invocation of ``session`` (``phase`` sets where it
+    starts or stops): the VM flatbuffer's bytes (``to_vm``) or the module it ends with; None when it
+    fails (IREE's stderr in ``captured``, exceptions in ``errors``)."""
+    invocation = session.invocation()
+    try:
+        invocation.enable_console_diagnostics()
+        if phase is not None:
+            phase(invocation)
+        invocation.import_module(module.operation)
+        with _captured_stderr(captured):
+            ok = invocation.execute()
+        if not ok:
+            return None
+        if captured.text:
+            sys.stderr.write(captured.text)  # IREE's warnings
+        if not to_vm:
+            return invocation.export_module()
+        output = Output.open_membuffer()
+        invocation.output_vm_bytecode(output)
+        vmfb = bytes(output.map_memory())
+        output.close()
+        return vmfb
+    except (RuntimeError, ValueError) as e:
+        errors.append(f"{type(e).__name__}: {e}")
+        return None
+    finally:
+        invocation.close()
+
+
 def _asm(module) -> str:
     return _parsable(module.operation.get_asm(enable_debug_info=True))
 
@@ -222,7 +252,8 @@ class IreeBackend:
     (options.py's BACKEND_DEFAULTS: fused on iree-cpu).  ``share_buffers``: see
     :meth:`IreeCompiledModule.invoke`.  ``plugin=False`` skips our pass, so
     torch-mlir's own ONNX lowerings (inside IREE) meet every op: benchmarks
-    compare against that.
+    compare against that.  ``weight_tiling`` (iree-cpu, on by default): the
+    matmuls against constant weights are data-tiled (weight_tiling.py).
 
     No stage prints its input unless it fails: a failing stage's input (the
     imported module, or the module after our pass) is then regenerated from
@@ -237,6 +268,7 @@ class IreeBackend:
         share_buffers: bool = False,
         plugin: bool = True,
         target: str = "iree-cpu",
+        weight_tiling: Optional[bool] = None,
     ) -> None:
         if target not in TARGETS:
             raise GqaTorchMlirError(f"IREE target '{target}' is not one of {', '.join(TARGETS)}")
@@ -254,6 +286,9 @@ class IreeBackend:
         self.threads = threads
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
         self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + tuple(extra_flags)
+        if weight_tiling and self.target.driver != "local":
+            raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none")
+        self.weight_tiling = self.target.weight_tiling if weight_tiling is None else bool(weight_tiling)
 
     def compile(self, model: ModelLike, specialize: Sequence[Mapping[str, int]] = ()) -> "IreeCompiledModule":
         """Lower, compile with IREE in process and load on the runtime device."""
@@ -315,6 +350,10 @@ class IreeBackend:
     def compile_lowered(self, lowered: LoweredModule) -> bytes:
         """IREE's compilation of a lowered module to a VM flatbuffer (in place: consumes the module).
 
+        With ``weight_tiling`` in two invocations of the session: IREE's pipeline to the end
+        of global optimization, the weight matmuls marked (weight_tiling.py), then the rest
+        with data tiling on.
+
         IREE runs its pipeline with the GIL released (a ctypes call), so no
         Python diagnostic handler may be attached to the context then: MLIR
         would call it without the GIL and abort the interpreter.  The
@@ -323,31 +362,36 @@ class IreeBackend:
         """
         if tuning.uses_spec(self.flags):  # IREE 3.13 may deadlock loading it on worker threads (tuning.py)
             lowered.session.context.enable_multithreading(False)
-        invocation = lowered.session.invocation()
-        captured, errors, vmfb = _Captured(), [], None
-        try:
-            invocation.enable_console_diagnostics()
-            invocation.import_module(lowered.module.operation)
-            with _captured_stderr(captured):
-                ok = invocation.execute()
-            if ok:
-                if captured.text:
-                    sys.stderr.write(captured.text)  # IREE's warnings
-                output = Output.open_membuffer()
-                invocation.output_vm_bytecode(output)
-                vmfb = bytes(output.map_memory())
-                output.close()
-        except (RuntimeError, ValueError) as e:
-            errors.append(f"{type(e).__name__}: {e}")
-        finally:
-            invocation.close()
+        captured, errors, session = _Captured(), [], lowered.session
+        module = lowered.module
+        if self.weight_tiling:
+            module = _execute(session, module, captured, errors, phase=weight_tiling.stop_after_split)
+            if module is not None:
+                weight_tiling.annotate(module)
+                session.set_flags(*weight_tiling.FLAGS)
+        resume = weight_tiling.resume_after_split if self.weight_tiling else None
+        vmfb = None if module is None else _execute(session, module, captured, errors, phase=resume, to_vm=True)
         if vmfb is None:
             messages = "\n".join(_unique_lines(captured.text) + errors)
-            # The module was changed in place by IREE's pipeline: lower the model again.
-            again = self.lower(lowered.proto, [sizes for _, sizes in lowered.specialized])
-            repro = iree_compile_repro("iree-compile", again.asm(), self.flags)
-            raise CompileStageError("iree-compile", messages or "IREE's compilation failed without a diagnostic", repro)
+            raise CompileStageError("iree-compile", messages or "IREE's compilation failed without a diagnostic", self._repro(lowered))
         return vmfb
+
+    def _repro(self, lowered: LoweredModule) -> str:
+        """The iree-compile command that reproduces a failed compile of ``lowered``, on a saved input.
+
+        IREE's pipeline changed the module in place: the model is lowered again.  With
+        ``weight_tiling``, where the first phase passes, the saved input is its output, weights marked."""
+        specialize = [sizes for _, sizes in lowered.specialized]
+        if self.weight_tiling:
+            again = self.lower(lowered.proto, specialize)
+            if tuning.uses_spec(self.flags):
+                again.session.context.enable_multithreading(False)
+            split = _execute(again.session, again.module, _Captured(), [], phase=weight_tiling.stop_after_split)
+            if split is not None:
+                weight_tiling.annotate(split)
+                resume = (f"--compile-from={weight_tiling.SPLIT_PHASE}", *weight_tiling.FLAGS)
+                return iree_compile_repro("iree-compile-weight-tiled", _asm(split), self.flags + resume)
+        return iree_compile_repro("iree-compile", self.lower(lowered.proto, specialize).asm(), self.flags)
 
     # -- stages ---------------------------------------------------------------
     def _session(self) -> Session:
@@ -461,5 +505,5 @@ class IreeCpuBackend(IreeBackend):
     """:class:`IreeBackend` for the host CPU (the iree-cpu backend)."""
 
     def __init__(self, threads: Optional[int] = None, extra_flags: Sequence[str] = (), options: Optional[LoweringOptions] = None,
-                 share_buffers: bool = False, plugin: bool = True) -> None:
-        super().__init__(threads, extra_flags, options, share_buffers, plugin, target="iree-cpu")
+                 share_buffers: bool = False, plugin: bool = True, weight_tiling: bool = True) -> None:
+        super().__init__(threads, extra_flags, options, share_buffers, plugin, target="iree-cpu", weight_tiling=weight_tiling)

@@ -7,7 +7,8 @@
               PTX for newer GPUs such as Hopper); compiles on any host, runs where
               iree-base-runtime finds a CUDA driver
 
-iree-cpu also compiles with tuning.py's spec (IREE's CPU tile sizes for a decode step's Q.K^T).
+iree-cpu also compiles with tuning.py's spec (IREE's CPU tile sizes for a decode step's Q.K^T),
+and with its weight matmuls data-tiled (weight_tiling.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class IreeTarget:
     flags: Tuple[str, ...]  # iree-compile flags (the same on the repro command line)
     driver: str  # "local" (local-sync / local-task by thread count) or an IREE HAL driver name
     tuned: bool = False  # compiled with tuning.py's spec (its flags follow ``flags``; without it, flags undoing it)
+    weight_tiling: bool = False  # the matmuls against constant weights data-tiled (weight_tiling.py)
 
 
 TARGETS: Dict[str, IreeTarget] = {
@@ -38,6 +40,7 @@ TARGETS: Dict[str, IreeTarget] = {
          "--iree-llvmcpu-target-cpu=host", _KEEP_F64),
         "local",
         tuned=True,
+        weight_tiling=True,
     ),
     "iree-cuda": IreeTarget(
         "iree-cuda",
