@@ -3,18 +3,26 @@ ours on iree-cpu as declared and with ``specialize`` (batch and sequence fixed t
 
     .venv/bin/python benchmarks/model_step.py [--models mistral llama] [--layers 2 8] [--threads 1 2] [--repeats 15]
     .venv/bin/python benchmarks/model_step.py --decoder DIR     # a builder decoder of any size (make_decoder.py)
+    .venv/bin/python benchmarks/model_step.py --runs specialized untiled   # weight tiling against none
+    .venv/bin/python benchmarks/model_step.py --prompt 128 --runs "as declared" untiled   # the prompt instead
 
 mistral is the embedded decoder (every layer a sliding-window layer with an
 8-row cache), llama test/fixtures/decoders/llama-fp32 (growing caches); both
 hidden size 64, 4/2 heads of 16.  One decode step after a prompt of 12
-tokens, fed as numpy arrays through ``run``, the same feeds every call.  Three runs measured alternately in one process, each round
-in a new random order:
+tokens, fed as numpy arrays through ``run``, the same feeds every call.  The runs (``--runs``,
+by default as declared and specialized) measured alternately in one process with onnxruntime,
+each round in a new random order:
 
   onnxruntime    ``InferenceSession.run``, CPU provider, intra-op threads as ours
   as declared    ``InferenceSession(..., backend="iree-cpu")``: batch and sequence
                  dynamic, each layer branching on B == 1 and S == 1 at run time
   specialized    the same with ``specialize={"batch_size": 1, "sequence_length": 1}``
                  (specialize.py): the step runs the copy compiled with both fixed
+  untiled        specialized, with ``weight_tiling=False`` (the weight matmuls not
+                 data-tiled: backends/iree/weight_tiling.py)
+
+``--prompt N`` times the first call instead, a prompt of N tokens (empty caches; the
+general function: specialize does not apply).
 
 Prints medians (µs) and ratios to onnxruntime, the outputs checked against
 onnxruntime's first.  Not a test: numbers depend on the machine and its load.
@@ -41,6 +49,7 @@ from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER
 from gqa_torch_mlir.testing.layers import with_layers
 
 DECODE = {"batch_size": 1, "sequence_length": 1}
+RUNS = {"as declared": {}, "specialized": {"specialize": DECODE}, "untiled": {"specialize": DECODE, "weight_tiling": False}}
 MODELS = {"mistral": EMBEDDED_DECODER / "model.onnx",
           "llama": Path(__file__).resolve().parents[1] / "test" / "fixtures" / "decoders" / "llama-fp32" / "model.onnx"}
 PROMPT = 12
@@ -71,16 +80,17 @@ def median_us(run, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1e6
 
 
-def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = HEAD_SIZE) -> None:
+def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = HEAD_SIZE, labels=("as declared", "specialized"),
+            prompt: int = 0) -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     ref = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = step_feeds(path, ref, head_size)
+    feeds = zero_feeds(onnx.load(str(path), load_external_data=False), head_size, prompt) if prompt else step_feeds(path, ref, head_size)
     expected = ref.run(None, feeds)
     runs = {"onnxruntime": lambda: ref.run(None, feeds)}
-    for label, specialize in (("as declared", None), ("specialized", DECODE)):
-        sess = InferenceSession(str(path), backend="iree-cpu", threads=threads, specialize=specialize)
+    for label in labels:
+        sess = InferenceSession(str(path), backend="iree-cpu", threads=threads, **RUNS[label])
         got = sess.run(None, feeds)
         worst = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
         if worst > 1e-3:
@@ -106,21 +116,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="rounds; each times 50 calls of every run")
     parser.add_argument("--decoder", type=Path, help="a builder decoder directory instead (genai_config.json, model.onnx)")
     parser.add_argument("--inner", type=int, default=50, help="calls timed together in each round")
+    parser.add_argument("--prompt", type=int, default=0, help="time a prompt of this many tokens instead of a decode step")
+    parser.add_argument("--runs", nargs="+", choices=tuple(RUNS), default=["as declared", "specialized"], help="ours, beside onnxruntime")
     args = parser.parse_args()
     print(f"CPU: {cpu_model()}")
+    what = f"a prompt of {args.prompt} tokens" if args.prompt else f"decode step after {PROMPT} tokens"
     if args.decoder is not None:
         config = json.loads((args.decoder / "genai_config.json").read_text())["model"]["decoder"]
         for threads in args.threads:
             print(f"{args.decoder.name} ({config['num_hidden_layers']} layers, {config['num_attention_heads']}/"
-                  f"{config['num_key_value_heads']} heads of {config['head_size']}), decode step after {PROMPT} tokens, {threads} thread(s):")
-            measure(args.decoder / "model.onnx", threads, args.repeats, args.inner, config["head_size"])
+                  f"{config['num_key_value_heads']} heads of {config['head_size']}), {what}, {threads} thread(s):")
+            measure(args.decoder / "model.onnx", threads, args.repeats, args.inner, config["head_size"], args.runs, args.prompt)
         return
     with tempfile.TemporaryDirectory() as workdir:
         for name, layers in ((n, k) for n in args.models for k in args.layers):
             path = model_file(name, layers, Path(workdir))
             for threads in args.threads:
-                print(f"tiny {name}, {layers} layers, decode step after {PROMPT} tokens, {threads} thread(s):")
-                measure(path, threads, args.repeats, args.inner)
+                print(f"tiny {name}, {layers} layers, {what}, {threads} thread(s):")
+                measure(path, threads, args.repeats, args.inner, labels=args.runs, prompt=args.prompt)
 
 
 if __name__ == "__main__":

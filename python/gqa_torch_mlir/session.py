@@ -111,6 +111,9 @@ class InferenceSession:
     weights shared), and a call whose feeds have those sizes runs that copy (specialize.py).
     ``{"batch_size": 1, "sequence_length": 1}`` makes a builder decoder's decode step one
     submission instead of branches in every layer.
+
+    ``weight_tiling`` (iree-cpu; on by default): the matmuls against constant weights are
+    data-tiled, their weights packed when the module loads (backends/iree/weight_tiling.py).
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class InferenceSession:
         share_buffers: bool = False,
         prefill_loop: Optional[str] = None,
         specialize=None,
+        weight_tiling: Optional[bool] = None,
     ):
         if backend not in BACKENDS:
             raise GqaTorchMlirError(f"backend '{backend}' is not available; available: {', '.join(BACKENDS)}")
@@ -138,6 +142,8 @@ class InferenceSession:
             raise GqaTorchMlirError(f"threads is a CPU setting; backend 'iree-cuda' takes none (got {threads!r})")
         if specialize is not None and backend not in IREE_BACKENDS:
             raise GqaTorchMlirError(f"specialize needs backend 'iree-cpu' or 'iree-cuda' (the {backend} compiles one function)")
+        if weight_tiling is not None and (backend != "iree-cpu" or not isinstance(weight_tiling, bool)):
+            raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting, True or False; got {weight_tiling!r} for backend '{backend}'")
         proto = load_model(model)
         initializers = {init.name for init in proto.graph.initializer}
         self._inputs = _node_args(proto.graph.input, skip=initializers)
@@ -145,7 +151,8 @@ class InferenceSession:
         self._plain = _PlainFeeds(self._inputs, self._outputs)  # run's quick check
         specs = checked_specializations(proto, specialize)
         options = LoweringOptions.for_backend(backend, attention, prefill_loop)  # options.py: BACKEND_DEFAULTS
-        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers, specs)
+        self._compiled, self._function = _compile_for(backend, proto, threads, runtime_verification, options, share_buffers, specs,
+                                                      weight_tiling)
         self._entries = EntryPoints(self._function, list(zip(getattr(self._compiled, "specialized", []), specs)),
                                     [a.shape for a in self._inputs])
 
@@ -399,6 +406,7 @@ def _compile_for(
     options: LoweringOptions,
     share_buffers: bool = False,
     specialize: Sequence[Dict[str, int]] = (),
+    weight_tiling: Optional[bool] = None,
 ):
     """``(compiled module, function name)``: ``invoke(function, *arrays)`` runs the graph (IREE: and
     ``compiled.specialized``, the functions compiled for ``specialize``)."""
@@ -407,7 +415,8 @@ def _compile_for(
             from .backends.iree import IreeBackend
         except ImportError as e:
             raise GqaTorchMlirError(f"backend '{backend}' needs IREE ({e}): pip install 'gqa-torch-mlir[iree]'") from None
-        compiled = IreeBackend(threads=threads, options=options, share_buffers=share_buffers, target=backend).compile(proto, specialize)
+        compiled = IreeBackend(threads=threads, options=options, share_buffers=share_buffers, target=backend,
+                               weight_tiling=weight_tiling).compile(proto, specialize)
         return compiled, compiled.function
     from .backends.refbackend import RefBackend
 

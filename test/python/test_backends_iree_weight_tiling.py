@@ -95,16 +95,22 @@ def test_both_functions_multiply_by_one_copy_of_each_weight(split_module):
 
 
 def test_weight_tiling_off_compiles_without_encodings():
-    """``weight_tiling=False``: one phase, no encoding executables; on: IREE's encode dispatches."""
+    """``weight_tiling=False``: one phase, no encoding executables; on: IREE's encode dispatches.
+    Both sessions match onnxruntime."""
     model = weight_matmul_model(["batch", "seq"])
     x = np.random.default_rng(0).standard_normal((2, 3, K)).astype(np.float32)
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
     for tiled in (False, True):
         backend = IreeCpuBackend(threads=1, weight_tiling=tiled)
-        vmfb = backend.compile_lowered(backend.lower(model))
-        assert (b"_encode_" in vmfb) == tiled
-    (got,) = InferenceSession(model, backend="iree-cpu").run(None, {"X": x})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert (b"_encode_" in backend.compile_lowered(backend.lower(model))) == tiled
+        (got,) = InferenceSession(model, backend="iree-cpu", weight_tiling=tiled).run(None, {"X": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend,value", [("refbackend", False), ("iree-cuda", True), ("iree-cpu", 1)])
+def test_the_sessions_weight_tiling_is_refused_by_name(backend, value):
+    with pytest.raises(GqaTorchMlirError, match=f"weight_tiling is an iree-cpu setting, True or False; got {value!r} for backend '{backend}'"):
+        InferenceSession(weight_matmul_model(["batch", "seq"]), backend=backend, weight_tiling=value)
 
 
 def test_a_function_without_weights_is_left_untiled():
