@@ -154,3 +154,23 @@ def test_the_cli_compiles_without_weight_tiling(tmp_path):
         out = tmp_path / f"{choice}.vmfb"
         assert main(["compile", str(model), "--backend", "iree-cpu", "--weight-tiling", choice, "-o", str(out)]) == 0
         assert (b"_encode_" in out.read_bytes()) == encoded
+
+
+def test_an_iree_without_the_phase_api_is_named(monkeypatch):
+    """The phases are set through IREE's C API, which iree.compiler.api does not wrap: a
+    compiler library without the entry point stops the compile by name, not with an AttributeError."""
+    from iree.compiler.api import ctypes_dl
+
+    real = ctypes_dl._dylib
+
+    class WithoutPhases:
+        def __getattr__(self, name):
+            if "Phase" in name:
+                raise AttributeError(name)
+            return getattr(real, name)
+
+    backend = IreeCpuBackend(threads=1)
+    lowered = backend.lower(weight_matmul_model(["batch", "seq"]))
+    monkeypatch.setattr(ctypes_dl, "_dylib", WithoutPhases())
+    with pytest.raises(GqaTorchMlirError, match="this IREE compiler has no ireeCompilerInvocationSetCompileToPhase .*weight_tiling=False"):
+        backend.compile_lowered(lowered)

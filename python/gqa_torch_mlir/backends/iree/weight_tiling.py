@@ -9,11 +9,12 @@ the tiles IREE's ``mmt4d`` kernels read in order.
 IREE's data tiling (``--iree-dispatch-creation-data-tiling``) marks every matmul
 it supports, among them the attention's own contractions, which it then fails
 to compile (an ``i1`` mask packed with an ``i8`` padding, vectors larger than the
-stack).  Its annotation pass leaves a function alone when one of its ops already
-carries the hint.  So the compile runs in two phases: IREE's pipeline up to the
-end of global optimization, then :func:`annotate` marks the matmuls whose right
-operand is a constant (the weights), then the rest of the pipeline with data
-tiling on.  Only those matmuls are tiled.
+stack).  Its annotation pass leaves a function alone when one of its ops (or the
+function itself) already carries the hint.  So the compile runs in two phases:
+IREE's pipeline up to the end of global optimization, then :func:`annotate`
+marks the matmuls whose right operand is a constant (the weights) and every
+function, then the rest of the pipeline with data tiling on.  Only those
+matmuls are tiled.
 
 The cost: the packed weights are a second copy in memory beside the module's
 constants (docs/limits.md).
@@ -25,6 +26,8 @@ import ctypes
 from typing import Tuple
 
 from iree.compiler import ir
+
+from ...errors import GqaTorchMlirError
 
 #: IREE's per-op data-tiling hint (Dialect/Encoding/Utils/Utils.h: kDataTilingHint).
 HINT = "iree.opt.data_tiling"
@@ -67,7 +70,9 @@ def _phase_setter(name: str):
     """IREE's C API sets an invocation's phases (embedding_api.h); iree.compiler.api 3.13 wraps neither."""
     from iree.compiler.api import ctypes_dl
 
-    function = getattr(ctypes_dl._dylib, name)
+    function = getattr(ctypes_dl._dylib, name, None)
+    if function is None:
+        raise GqaTorchMlirError(f"this IREE compiler has no {name} (IREE 3.13 has): compile with weight_tiling=False")
     function.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     function.restype = None
     return function
