@@ -205,6 +205,15 @@ def _execute(session: Session, module, captured: _Captured, errors: List[str], p
         invocation.close()
 
 
+def _marked_split(session: Session, module, captured: _Captured, errors: List[str]):
+    """Weight tiling's first phase: IREE's pipeline to the split, then the weight matmuls marked
+    (weight_tiling.py); None when it fails."""
+    split = _execute(session, module, captured, errors, phase=weight_tiling.stop_after_split)
+    if split is not None:
+        weight_tiling.annotate(split)
+    return split
+
+
 def _asm(module) -> str:
     return _parsable(module.operation.get_asm(enable_debug_info=True))
 
@@ -365,9 +374,8 @@ class IreeBackend:
         captured, errors, session = _Captured(), [], lowered.session
         module = lowered.module
         if self.weight_tiling:
-            module = _execute(session, module, captured, errors, phase=weight_tiling.stop_after_split)
+            module = _marked_split(session, module, captured, errors)
             if module is not None:
-                weight_tiling.annotate(module)
                 session.set_flags(*weight_tiling.FLAGS)
         resume = weight_tiling.resume_after_split if self.weight_tiling else None
         vmfb = None if module is None else _execute(session, module, captured, errors, phase=resume, to_vm=True)
@@ -386,9 +394,8 @@ class IreeBackend:
             again = self.lower(lowered.proto, specialize)
             if tuning.uses_spec(self.flags):
                 again.session.context.enable_multithreading(False)
-            split = _execute(again.session, again.module, _Captured(), [], phase=weight_tiling.stop_after_split)
+            split = _marked_split(again.session, again.module, _Captured(), [])
             if split is not None:
-                weight_tiling.annotate(split)
                 resume = (f"--compile-from={weight_tiling.SPLIT_PHASE}", *weight_tiling.FLAGS)
                 return iree_compile_repro("iree-compile-weight-tiled", _asm(split), self.flags + resume)
         return iree_compile_repro("iree-compile", self.lower(lowered.proto, specialize).asm(), self.flags)
