@@ -126,14 +126,16 @@ def test_a_function_without_weights_is_left_untiled():
 
 
 def test_weight_tiling_is_refused_on_cuda():
-    with pytest.raises(GqaTorchMlirError, match="weight_tiling is an iree-cpu setting; iree-cuda takes none"):
-        IreeBackend(target="iree-cuda", weight_tiling=True)
+    for value in (True, False):  # off is refused too: iree-cuda has no tiling to turn off
+        with pytest.raises(GqaTorchMlirError, match=f"weight_tiling is an iree-cpu setting; iree-cuda takes none \\(got {value}\\)"):
+            IreeBackend(target="iree-cuda", weight_tiling=value)
     assert IreeBackend(target="iree-cuda").weight_tiling is False
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--weight-tiling", "on", "-o", "TMP"], "--weight-tiling is for an iree-cpu module: add --backend iree-cpu"),
     (["--backend", "iree-cuda", "--weight-tiling", "on", "-o", "TMP"], "weight_tiling is an iree-cpu setting; iree-cuda takes none"),
+    (["--backend", "iree-cuda", "--weight-tiling", "off", "-o", "TMP"], "weight_tiling is an iree-cpu setting; iree-cuda takes none"),
 ])
 def test_the_clis_weight_tiling_is_refused_by_name(argv, message, tmp_path, capsys):
     from gqa_torch_mlir.tools.cli import main
@@ -174,3 +176,4 @@ def test_an_iree_without_the_phase_api_is_named(monkeypatch):
     monkeypatch.setattr(ctypes_dl, "_dylib", WithoutPhases())
     with pytest.raises(GqaTorchMlirError, match="this IREE compiler has no ireeCompilerInvocationSetCompileToPhase .*weight_tiling=False"):
         backend.compile_lowered(lowered)
+

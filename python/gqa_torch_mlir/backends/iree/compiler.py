@@ -295,8 +295,8 @@ class IreeBackend:
         self.threads = threads
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
         self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + tuple(extra_flags)
-        if weight_tiling and self.target.driver != "local":
-            raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none")
+        if weight_tiling is not None and not self.target.weight_tiling:
+            raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none (got {weight_tiling!r})")
         self.weight_tiling = self.target.weight_tiling if weight_tiling is None else bool(weight_tiling)
 
     def compile(self, model: ModelLike, specialize: Sequence[Mapping[str, int]] = ()) -> "IreeCompiledModule":
