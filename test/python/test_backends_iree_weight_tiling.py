@@ -177,3 +177,25 @@ def test_an_iree_without_the_phase_api_is_named(monkeypatch):
     with pytest.raises(GqaTorchMlirError, match="this IREE compiler has no ireeCompilerInvocationSetCompileToPhase .*weight_tiling=False"):
         backend.compile_lowered(lowered)
 
+
+def test_a_second_phase_failure_reproduces_from_the_marked_split(monkeypatch):
+    """The repro of a failure after the split is the first phase's output, weights marked, compiled
+    from the split with data tiling on; here the second phase is made to fail (an unknown phase)."""
+    import shlex
+
+    def bad_resume(invocation):
+        weight_tiling._phase_setter("ireeCompilerInvocationSetCompileFromPhase")(invocation._inv_p, b"no-such-phase")
+
+    monkeypatch.setattr(weight_tiling, "resume_after_split", bad_resume)
+    backend = IreeCpuBackend(threads=1)
+    with pytest.raises(compiler.CompileStageError) as info:
+        backend.compile_lowered(backend.lower(weight_matmul_model(["batch", "seq"])))
+    args = shlex.split(info.value.repro)
+    assert args[-5:-3] == [f"--compile-from={weight_tiling.SPLIT_PHASE}", *weight_tiling.FLAGS], args
+    with open(args[-3]) as saved:
+        text = saved.read()
+    assert text.count(weight_tiling.HINT) >= 2  # the weight matmul and its function
+    import subprocess
+
+    done = subprocess.run(args, capture_output=True, text=True, check=False)  # the real second phase, from the file
+    assert done.returncode == 0, done.stderr[-2000:]
