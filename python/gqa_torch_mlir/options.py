@@ -14,6 +14,7 @@ from .errors import GqaTorchMlirError
 ATTENTION_FORMS = ("decomposed", "sdpa", "fused")
 DEVICES = ("cpu", "gpu")
 SWITCH = ("off", "on")
+MATMUL_NBITS_FORMS = ("dequantize", "kernel")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class LoweringOptions:
     # decode step no longer passes its branch (it takes the one-row branch first:
     # benchmarks/README.md, "CPU, round 7"); off saves compile time (a third more per node).
     prefill_loop: str = "on"
+    # How MatMulNBits (4-bit) multiplies a few rows (up to kernels/nbits_matvec.py's MAX_ROWS):
+    #   dequantize  the weight dequantized to f32, then a matmul (every row count)
+    #   kernel      one hand-scheduled IREE CPU dispatch that reads the packed bytes
+    #               (kernels/nbits_matvec.py); more rows still dequantize; inside IREE's
+    #               compiler and on the cpu device only
+    matmul_nbits: str = "dequantize"
 
     def __post_init__(self):
         if self.attention not in ATTENTION_FORMS:
@@ -49,13 +56,17 @@ class LoweringOptions:
             raise GqaTorchMlirError(f"option device={self.device!r} is not one of {', '.join(DEVICES)}")
         if self.prefill_loop not in SWITCH:
             raise GqaTorchMlirError(f"option prefill_loop={self.prefill_loop!r} is not one of {', '.join(SWITCH)}")
+        if self.matmul_nbits not in MATMUL_NBITS_FORMS:
+            raise GqaTorchMlirError(f"option matmul_nbits={self.matmul_nbits!r} is not one of {', '.join(MATMUL_NBITS_FORMS)}")
+        if self.matmul_nbits == "kernel" and self.device != "cpu":
+            raise GqaTorchMlirError("option matmul_nbits=kernel is a CPU kernel; it needs device=cpu")
 
     @staticmethod
     def for_backend(backend: str, attention: "str | None" = None, prefill_loop: "str | None" = None) -> "LoweringOptions":
         """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` and ``prefill_loop`` if given."""
         default = BACKEND_DEFAULTS[backend]
         return LoweringOptions(attention=attention or default.attention, device=default.device,
-                               prefill_loop=prefill_loop or default.prefill_loop)
+                               prefill_loop=prefill_loop or default.prefill_loop, matmul_nbits=default.matmul_nbits)
 
     def text(self) -> str:
         """The pass's option string (``attention=sdpa device=gpu``), as ``parse`` reads it."""
@@ -78,6 +89,6 @@ class LoweringOptions:
 #: on a GPU: benchmarks/README.md, "GPU").
 BACKEND_DEFAULTS = {
     "refbackend": LoweringOptions(),
-    "iree-cpu": LoweringOptions(attention="fused"),
+    "iree-cpu": LoweringOptions(attention="fused", matmul_nbits="kernel"),
     "iree-cuda": LoweringOptions(attention="sdpa", device="gpu"),
 }

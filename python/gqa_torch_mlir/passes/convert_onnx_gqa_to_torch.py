@@ -96,8 +96,11 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     ir, rewrite = bindings_of(root)
     types = TypeCache(ir, root.context)
     refused: List[RefusedOp] = []
-    if options is not None and options.attention == "fused" and not _has_iree_dialects(root.context):
-        return [RefusedOp(root.location, FUSED_OUTSIDE_IREE)]
+    if options is not None and not _has_iree_dialects(root.context):
+        if options.attention == "fused":
+            return [RefusedOp(root.location, FUSED_OUTSIDE_IREE)]
+        if options.matmul_nbits == "kernel":
+            return [RefusedOp(root.location, NBITS_KERNEL_OUTSIDE_IREE)]
 
     def pattern(op, rewriter):
         op = op.operation
@@ -163,6 +166,9 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
 FUSED_OUTSIDE_IREE = (
     "attention=fused emits IREE dispatches (flow.dispatch of a stream.executable, kernels/): it runs only inside "
     "IREE's compiler (the iree-cpu backend); use attention=decomposed here")
+NBITS_KERNEL_OUTSIDE_IREE = (
+    "matmul_nbits=kernel emits an IREE dispatch (flow.dispatch of a stream.executable, kernels/nbits_matvec.py): it "
+    "runs only inside IREE's compiler (the iree-cpu backend); use matmul_nbits=dequantize here")
 
 
 def _has_iree_dialects(context) -> bool:

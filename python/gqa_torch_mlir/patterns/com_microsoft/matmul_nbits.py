@@ -28,6 +28,11 @@ The lowering reproduces that quantization.  Any other value computes in f32:
 onnxruntime's kernel (``GetComputeType`` in matmul_nbits.cc) picks the int8
 path only for exactly 4, so 0-3 and values it does not define (5, -1, ...)
 all take its f32 path; they are accepted as it accepts them.
+
+With ``matmul_nbits=kernel`` (iree-cpu's default) a 4-bit weight in blocks of
+whole 32-value chunks is multiplied by up to MAX_ROWS rows of A in one dispatch
+that reads its packed bytes (kernels/nbits_matvec.py); more rows, or a row count
+over it at run time, take the dequantized weight.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from ...binder import OpBinder
-from ...builder import Tensor, TorchBuilder
+from ...builder import Tensor, TorchBuilder, vtensor_type_text
+from ...kernels import nbits_matvec
 from ...registry import Refusal, onnx_op
 
 SUPPORTED_BITS = (4, 8)
@@ -43,6 +49,7 @@ A_DTYPES = ("f32", "f16")  # onnxruntime's CPU kernels (no bf16)
 INT8_ACCURACY_LEVEL = 4  # the only level onnxruntime's CPU kernel runs in int8; every other value is f32
 _OP = "MatMulNBits"
 _REJECTS = " (onnxruntime rejects it)"
+_OPSET = 21  # IREE's ONNX input pipeline asks every function for an opset; the kernel's has no ONNX op
 
 
 @onnx_op("MatMulNBits", domain="com.microsoft", since=1)
@@ -50,15 +57,70 @@ def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
     K, N, bits, L, level = read_attributes(b)
     a, packed_NKbB, scales, zero_points, bias_N = (refined(tb, *spec) for spec in read_inputs(b, K, N, bits, L))
     quantize_a = level == INT8_ACCURACY_LEVEL and b.input_is_constant(1) and (zero_points is None or zero_points.dtype == "ui8")
-    w_NK = dequantize_weight(tb, packed_NKbB, scales, zero_points, K, N, bits, L)
     a_MK32 = tb.to_dtype(a if a.rank > 1 else tb.unsqueeze(a, 0), "f32")  # a rank-1 A: [K] -> [1,K]
     if quantize_a:
         a_MK32 = int8_block_quantized(tb, a_MK32, K, L)
-    y_MN = tb.matmul(a_MK32, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
+    weight = (packed_NKbB, scales, zero_points, K, N, bits, L)
+    if b.options is not None and b.options.matmul_nbits == "kernel" and nbits_matvec.supported(bits, K, L):
+        y_MN = by_rows(tb, a_MK32, weight)
+    else:
+        y_MN = dequantized_product(tb, a_MK32, weight)
     if bias_N is not None:
         y_MN = tb.add(y_MN, tb.to_dtype(bias_N, "f32"))  # + [N]
     y = y_MN if a.rank > 1 else tb.flatten(y_MN, 0, 1)  # a rank-1 A: [1,N] -> [N]
     return [b.declared_result(tb, 0, tb.to_dtype(y, a.dtype))]
+
+
+def dequantized_product(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
+    """A [M..,K] f32 by the weight dequantized to f32 [N,K]: -> [M..,N]."""
+    w_NK = dequantize_weight(tb, *weight)
+    return tb.matmul(a_MK, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
+
+
+def by_rows(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
+    """A [M..,K] f32 by the weight, -> [M..,N]: the kernel for up to MAX_ROWS rows (M, the
+    product of the leading dims), the dequantized weight for more (at run time where M is)."""
+    N = weight[4]
+    leading = [tb.size(a_MK, d) for d in range(a_MK.rank - 1)]
+    a_RK = tb.flatten(a_MK, 0, a_MK.rank - 2)  # [M..,K] -> [M,K]
+    M = tb.size(a_RK, 0)
+    if isinstance(M, int):
+        y_RN = kernel_product(tb, a_RK, weight) if M <= nbits_matvec.MAX_ROWS else dequantized_product(tb, a_RK, weight)
+    else:
+        y_RN = tb.if_else(tb.dim_le(M, nbits_matvec.MAX_ROWS), (None, N), "f32",
+                          lambda inner: kernel_product(inner, a_RK, weight), lambda inner: dequantized_product(inner, a_RK, weight))
+    if a_MK.rank == 2:
+        return y_RN
+    shape = tuple(tb.static(d) for d in leading) + (N,)
+    return tb.tensor_op("torch.aten.unflatten.int", [y_RN.value, tb.int(0), tb.int_list(leading)], shape, "f32")  # -> [M..,N]
+
+
+def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
+    """A [M,K] f32 by the packed weight in kernels/nbits_matvec.py's dispatch: -> [M,N] f32."""
+    packed_NKbB, scales, zero_points, K, N, bits, L = weight
+    Kb, C = K // L, K // nbits_matvec.CHUNK
+    a_RCHP = tb.unflatten(a_RK, 1, [C, 16, 2])  # [M,K] -> [M,C,16,2]: value 32c + 2j + p at [c, j, p]
+    a_RCPH = tb.transpose(a_RCHP, 2, 3)  # -> [M,C,2,16]: the chunk's even values, then its odd ones
+    q_NCH = tb.unflatten(tb.flatten(packed_NKbB, 1, 2), 1, [C, 16])  # [N,Kb,L/2] -> [N,K/2] -> [N,C,16] bytes
+    scale_NKb = per_block(tb, scales, N, Kb)
+    if zero_points is None:
+        zero_NKb = tb.full_like(scale_NKb, float(1 << (bits - 1)))
+    else:
+        zero_NKb = zero_points_f32(tb, zero_points, N, Kb, bits)
+    symbol, text = nbits_matvec.render(K, N, L, _OPSET)
+    operands = [tb.builtin(a_RCPH, (None, C, 2, 16)), tb.builtin(q_NCH), tb.builtin(scale_NKb), tb.builtin(zero_NKb)]
+    y_RN = tb.call_function(symbol, text, operands, (None, N), "f32")  # the function's rows are dynamic
+    if a_RK.shape[0] is None:
+        return y_RN
+    return Tensor(tb.static_info_cast(y_RN, vtensor_type_text((a_RK.shape[0], N), "f32")), (a_RK.shape[0], N), "f32")
+
+
+def zero_points_f32(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits: int) -> Tensor:
+    """Each block's zero point as f32 [N,Kb]: unpacked from bytes, or the values given."""
+    if zero_points.dtype == "ui8":
+        zp_NZ = zero_points if zero_points.rank == 2 else tb.unflatten(zero_points, 0, [N, -1])  # [N*Z] -> [N,Z]
+        return tb.to_dtype(tb.slice(unpack_bits(tb, zp_NZ, bits), 1, 0, Kb), "f32")  # [N,Z] -> [N,Z*P] -> [N,Kb]
+    return per_block(tb, zero_points, N, Kb)
 
 
 def read_attributes(b: OpBinder):
@@ -146,24 +208,19 @@ def unpack_bits(tb: TorchBuilder, packed_XC: Tensor, bits: int) -> Tensor:
 
 
 def per_block(tb: TorchBuilder, t: Tensor, N: int, Kb: int) -> Tensor:
-    """[N*Kb] or [N,Kb] -> [N,Kb,1], as f32."""
-    t_NKb = tb.unflatten(t, 0, [N, Kb]) if t.rank == 1 else t
-    return tb.unsqueeze(tb.to_dtype(t_NKb, "f32"), 2)
+    """[N*Kb] or [N,Kb] -> [N,Kb], as f32."""
+    return tb.to_dtype(tb.unflatten(t, 0, [N, Kb]) if t.rank == 1 else t, "f32")
 
 
 def dequantize_weight(tb, packed_NKbB, scales, zero_points: Optional[Tensor], K, N, bits, L) -> Tensor:
     """W [N,K] in f32 from B's blocks, scales and zero points."""
     Kb = -(-K // L)
     q_NKbL = tb.to_dtype(unpack_bits(tb, packed_NKbB, bits), "f32")  # [N,Kb,L*bits/8] -> [N,Kb,L]
-    scale_NKb1 = per_block(tb, scales, N, Kb)
+    scale_NKb1 = tb.unsqueeze(per_block(tb, scales, N, Kb), 2)
     if zero_points is None:
         centered_NKbL = tb.add_float(q_NKbL, -float(1 << (bits - 1)))  # q - 2^(bits-1)
-    elif zero_points.dtype == "ui8":
-        zp_NZ = zero_points if zero_points.rank == 2 else tb.unflatten(zero_points, 0, [N, -1])  # [N*Z] -> [N,Z]
-        zp_NKb = tb.slice(unpack_bits(tb, zp_NZ, bits), 1, 0, Kb)  # [N,Z] -> [N,Z*P] -> [N,Kb]
-        centered_NKbL = tb.sub(q_NKbL, per_block(tb, zp_NKb, N, Kb))  # - [N,Kb,1]
     else:
-        centered_NKbL = tb.sub(q_NKbL, per_block(tb, zero_points, N, Kb))
+        centered_NKbL = tb.sub(q_NKbL, tb.unsqueeze(zero_points_f32(tb, zero_points, N, Kb, bits), 2))  # - [N,Kb,1]
     w_NKbL = tb.mul(centered_NKbL, scale_NKb1)
     w_NKp = tb.flatten(w_NKbL, 1, 2)  # [N,Kb,L] -> [N,Kb*L]
     return w_NKp if Kb * L == K else tb.slice(w_NKp, 1, 0, K)  # -> [N,K]

@@ -1,0 +1,133 @@
+"""MatMulNBits' CPU kernel (kernels/nbits_matvec.py, ``matmul_nbits=kernel``, iree-cpu's default)
+against onnxruntime, and where the lowering calls it.
+
+A run-time row count takes the kernel up to MAX_ROWS rows and the dequantized
+weight above (a ``torch.prim.If``); a static one picks one of them.  Each model
+is compiled once, in a child process (a crash fails the test), for all its feeds.
+
+Letters as in the pattern: K, N, L (block_size), Kb = K / L; 4-bit values, two a byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gqa_torch_mlir import GqaTorchMlirError
+from gqa_torch_mlir.kernels.nbits_matvec import MAX_ROWS, rows_per_workgroup, symbol
+from gqa_torch_mlir.options import LoweringOptions
+from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import NBITS_KERNEL_OUTSIDE_IREE, apply_lowerings
+from gqa_torch_mlir.pipeline import import_onnx
+from gqa_torch_mlir.testing.gqa_onnx import run_onnxruntime
+from gqa_torch_mlir.testing.isolated import run_isolated_each
+
+pytest.importorskip("iree.compiler")
+from gqa_torch_mlir.backends.iree import IreeCpuBackend  # noqa: E402
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+K, N = 128, 48  # N = 48: workgroups of 16 columns, not the usual 32
+
+
+def quantized_weight(rng, L, n=N, dtype=np.float32, zero_points="packed"):
+    """Initializers B [n,Kb,L/2], scales [n*Kb] and zero points (packed bytes [n*Z], values [n,Kb], or none)."""
+    Kb = K // L
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (n, Kb, L // 2), dtype=np.uint8), "B"),
+             numpy_helper.from_array((rng.random(n * Kb) * 0.1 + 0.01).astype(dtype), "scales")]
+    if zero_points == "packed":
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, n * -(-Kb // 2), dtype=np.uint8), "zero_points"))
+    elif zero_points == "values":
+        inits.append(numpy_helper.from_array((rng.random((n, Kb)) * 15).astype(dtype), "zero_points"))
+    return inits
+
+
+def model(nodes, inputs, outputs, inits):
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "nbits", [info(*i) for i in inputs], [info(*o) for o in outputs], inits)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def node(a, y, L, n=N, zero_points=True, bias=False, **attrs):
+    inputs = [a, "B", "scales", "zero_points" if zero_points else ""] + (["", "bias"] if bias else [])
+    return helper.make_node("MatMulNBits", inputs, [y], domain="com.microsoft", K=K, N=n, bits=4, block_size=L, **attrs)
+
+
+def run_rows_model():
+    """A of a run-time row count ([m,K]) and of run-time leading dims ([b,s,K]), packed zero points, a bias."""
+    rng = np.random.default_rng(0)
+    inits = quantized_weight(rng, 32) + [numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "bias")]
+    nodes = [node("A", "Y", 32, bias=True), node("X", "Z", 32, bias=True)]
+    return model(nodes, [("A", F32, ["m", K]), ("X", F32, ["b", "s", K])], [("Y", F32, ["m", N]), ("Z", F32, ["b", "s", N])], inits)
+
+
+def assert_matches_onnxruntime(onnx_model, feeds_list, tmp_path, atol):
+    for feeds, got in zip(feeds_list, run_isolated_each(onnx_model, feeds_list, tmp_path, backend="iree-cpu")):
+        shapes = {k: v.shape for k, v in feeds.items()}
+        assert got.results is not None, f"{shapes}: {got.describe()}"
+        for name, want in run_onnxruntime(onnx_model, feeds).items():
+            np.testing.assert_allclose(got.results[name], want, rtol=1e-5, atol=atol, err_msg=f"{shapes}: {name}")
+
+
+def test_run_time_rows_take_the_kernel_up_to_max_rows_then_the_dequantized_weight(tmp_path):
+    """Row counts on both sides of MAX_ROWS, and none; rank-3 A whose rows multiply to them."""
+    rng = np.random.default_rng(1)
+    feeds = []
+    for rows, (b, s) in ((1, (1, 1)), (5, (1, 5)), (MAX_ROWS, (2, MAX_ROWS // 2)), (MAX_ROWS + 1, (MAX_ROWS + 1, 1)), (0, (0, 3))):
+        feeds.append({"A": rng.standard_normal((rows, K)).astype(np.float32), "X": rng.standard_normal((b, s, K)).astype(np.float32)})
+    assert_matches_onnxruntime(run_rows_model(), feeds, tmp_path, atol=2e-5)
+
+
+def test_block_sizes_zero_point_forms_and_types(tmp_path):
+    """Blocks of two chunks (L = 64) with zero points as values; no zero points (8); f16 A and scales;
+    a rank-1 A; accuracy_level 4 (A quantized per block to int8 first, as onnxruntime's int8 path)."""
+    rng = np.random.default_rng(2)
+    graphs = [
+        (node("A", "Y", 64), ("A", F32, [3, K]), ("Y", F32, [3, N]), quantized_weight(rng, 64, zero_points="values"), 2e-5),
+        (node("A", "Y", 32, zero_points=False), ("A", F32, [2, K]), ("Y", F32, [2, N]), quantized_weight(rng, 32, zero_points=None), 2e-5),
+        (node("A", "Y", 32), ("A", F16, [2, K]), ("Y", F16, [2, N]), quantized_weight(rng, 32, dtype=np.float16), 2e-2),
+        (node("A", "Y", 32), ("A", F32, [K]), ("Y", F32, [N]), quantized_weight(rng, 32), 2e-5),
+        (node("A", "Y", 32, accuracy_level=4), ("A", F32, [4, K]), ("Y", F32, [4, N]), quantized_weight(rng, 32), 2e-5),
+    ]
+    for i, (n, a, y, inits, atol) in enumerate(graphs):
+        dtype = np.float16 if a[1] == F16 else np.float32
+        feeds = {"A": rng.standard_normal(a[2]).astype(dtype)}
+        assert_matches_onnxruntime(model([n], [a], [y], inits), [feeds], tmp_path / str(i), atol)
+
+
+def lowered(onnx_model, options=None) -> str:
+    return str(IreeCpuBackend(threads=1, options=options or LoweringOptions.for_backend("iree-cpu")).lower(onnx_model).module)
+
+
+def test_where_the_lowering_calls_the_kernel():
+    """A run-time row count branches on it; static rows over MAX_ROWS, 8-bit weights, blocks of 16
+    values and matmul_nbits=dequantize do not call the kernel."""
+    kernel = f"flow.dispatch @{symbol(K, N, 32)}_executable"  # its function is inlined by then
+    text = lowered(run_rows_model())
+    assert text.count(kernel) == 2 and text.count("torch.prim.If ") >= 2
+    assert rows_per_workgroup(N) == 16 and f"arith.constant {N // 16} : index" in text
+    rng = np.random.default_rng(3)
+    many = model([node("A", "Y", 32)], [("A", F32, [MAX_ROWS + 1, K])], [("Y", F32, [MAX_ROWS + 1, N])], quantized_weight(rng, 32))
+    assert "gqa_nbits_matvec" not in lowered(many)
+    few = model([node("A", "Y", 32)], [("A", F32, [MAX_ROWS, K])], [("Y", F32, [MAX_ROWS, N])], quantized_weight(rng, 32))
+    assert kernel in lowered(few) and "torch.prim.If " not in lowered(few)
+    dequantize = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits="dequantize")
+    assert "gqa_nbits_matvec" not in lowered(few, dequantize)
+    eight = helper.make_node("MatMulNBits", ["A", "B8", "scales"], ["Y"], domain="com.microsoft", K=K, N=N, bits=8, block_size=32)
+    b8 = numpy_helper.from_array(rng.integers(0, 256, (N, K // 32, 32), dtype=np.uint8), "B8")
+    assert "gqa_nbits_matvec" not in lowered(model([eight], [("A", F32, [1, K])], [("Y", F32, [1, N])], [b8] + quantized_weight(rng, 32)[1:2]))
+    sixteen = model([node("A", "Y", 16)], [("A", F32, [1, K])], [("Y", F32, [1, N])], quantized_weight(rng, 16))
+    assert "gqa_nbits_matvec" not in lowered(sixteen)
+
+
+def test_kernel_option_is_refused_where_it_cannot_run():
+    """Outside IREE's compiler (torch-mlir's bindings: the refbackend, the opt driver) and on the gpu device."""
+    module = import_onnx(run_rows_model())
+    refused = apply_lowerings(module.operation, options=LoweringOptions(matmul_nbits="kernel"))
+    assert [r.message for r in refused] == [NBITS_KERNEL_OUTSIDE_IREE]
+    with pytest.raises(GqaTorchMlirError, match="matmul_nbits=kernel is a CPU kernel; it needs device=cpu"):
+        LoweringOptions(device="gpu", matmul_nbits="kernel")
+    with pytest.raises(GqaTorchMlirError, match="option matmul_nbits='fast' is not one of dequantize, kernel"):
+        LoweringOptions.parse("matmul_nbits=fast")
