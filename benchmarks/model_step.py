@@ -85,6 +85,7 @@ def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning into the next runner's time
     ref = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = zero_feeds(onnx.load(str(path), load_external_data=False), head_size, prompt) if prompt else step_feeds(path, ref, head_size)
     expected = ref.run(None, feeds)
