@@ -19,8 +19,9 @@ per chunk (``a[m, c, 0, j] = A[m, 32c + 2j]``, ``a[m, c, 1, j] = A[m, 32c + 2j +
 the low nibbles of a chunk's bytes (the even values) meet the first half and the high
 nibbles the second.  ``y[m, n] = sum_b scales[n, b] * sum_(k in b) A[m, k] * (q[n, k] -
 zero_points[n, b])``: onnxruntime's f32 path, reassociated (the block's products are summed
-before its scale is applied).  Each workgroup computes ROWS output columns for every row of A;
-M is left to run time (a few rows: each row reads the workgroup's weight bytes again, from cache).
+before its scale is applied).  Each workgroup computes :func:`rows_per_workgroup` output columns
+(32 as a rule) for every row of A; M is left to run time (a few rows: each row reads the
+workgroup's weight bytes again, from cache).
 """
 
 from __future__ import annotations
