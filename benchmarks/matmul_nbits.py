@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import random
-import statistics
 
 import numpy as np
 import onnx
@@ -29,7 +27,7 @@ from gqa_torch_mlir import InferenceSession
 from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
 from gqa_torch_mlir.kernels.nbits_matvec import MAX_ROWS
 from gqa_torch_mlir.options import LoweringOptions
-from model_step import median_us
+from model_step import print_alternating
 
 L = 32  # the builder's block size
 
@@ -68,16 +66,7 @@ def measure(proto: onnx.ModelProto, rows: int, threads: int, rounds: int, inner:
         if worst > 1e-3:
             raise SystemExit(f"{form}: outputs differ from onnxruntime's by {worst}")
         runs[form] = lambda sess=sess: sess.run(None, feeds)
-    times = {k: [] for k in runs}
-    for _ in range(rounds):
-        order = list(runs)
-        random.shuffle(order)
-        for k in order:
-            times[k].append(median_us(runs[k], inner))
-    base = statistics.median(times["onnxruntime"])
-    for k, t in times.items():
-        m = statistics.median(t)
-        print(f"  {k:12s} {m:8.1f} µs  {m / base:5.2f}x onnxruntime")
+    print_alternating(runs, rounds, inner)
 
 
 def main() -> None:

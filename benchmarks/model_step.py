@@ -97,6 +97,12 @@ def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = 
         if worst > 1e-3:
             raise SystemExit(f"{label}: outputs differ from onnxruntime's by {worst}")
         runs[label] = lambda sess=sess: sess.run(None, feeds)
+    print_alternating(runs, rounds, inner)
+
+
+def print_alternating(runs: dict, rounds: int, inner: int) -> None:
+    """Time each of ``runs`` (label: call; one "onnxruntime") ``inner`` calls at a time, ``rounds``
+    times in a new random order each; print their medians and ratios to onnxruntime's."""
     times = {k: [] for k in runs}
     for _ in range(rounds):
         order = list(runs)
