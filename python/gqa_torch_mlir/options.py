@@ -42,11 +42,10 @@ class LoweringOptions:
     # decode step no longer passes its branch (it takes the one-row branch first:
     # benchmarks/README.md, "CPU, round 7"); off saves compile time (a third more per node).
     prefill_loop: str = "on"
-    # How MatMulNBits (4-bit) multiplies a few rows (up to kernels/nbits_matvec.py's MAX_ROWS):
-    #   dequantize  the weight dequantized to f32, then a matmul (every row count)
+    # How MatMulNBits multiplies by a 4-bit weight in blocks of 32, 64, ... values:
+    #   dequantize  the weight dequantized to f32, then a matmul
     #   kernel      one hand-scheduled IREE CPU dispatch that reads the packed bytes
-    #               (kernels/nbits_matvec.py); more rows still dequantize; inside IREE's
-    #               compiler and on the cpu device only
+    #               (kernels/nbits_matmul.py); inside IREE's compiler and on the cpu device only
     matmul_nbits: str = "dequantize"
 
     def __post_init__(self):

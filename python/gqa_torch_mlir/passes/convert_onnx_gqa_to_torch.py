@@ -167,7 +167,7 @@ FUSED_OUTSIDE_IREE = (
     "attention=fused emits IREE dispatches (flow.dispatch of a stream.executable, kernels/): it runs only inside "
     "IREE's compiler (the iree-cpu backend); use attention=decomposed here")
 NBITS_KERNEL_OUTSIDE_IREE = (
-    "matmul_nbits=kernel emits an IREE dispatch (flow.dispatch of a stream.executable, kernels/nbits_matvec.py): it "
+    "matmul_nbits=kernel emits an IREE dispatch (flow.dispatch of a stream.executable, kernels/nbits_matmul.py): it "
     "runs only inside IREE's compiler (the iree-cpu backend); use matmul_nbits=dequantize here")
 
 

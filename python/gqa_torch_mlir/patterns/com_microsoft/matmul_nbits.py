@@ -30,9 +30,8 @@ path only for exactly 4, so 0-3 and values it does not define (5, -1, ...)
 all take its f32 path; they are accepted as it accepts them.
 
 With ``matmul_nbits=kernel`` (iree-cpu's default) a 4-bit weight in blocks of
-whole 32-value chunks is multiplied by up to MAX_ROWS rows of A in one dispatch
-that reads its packed bytes (kernels/nbits_matvec.py); more rows, or a row count
-over it at run time, take the dequantized weight.
+whole 32-value chunks is multiplied in one dispatch that reads its packed bytes
+(kernels/nbits_matmul.py), whatever the rows; other weights are dequantized first.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from typing import Dict, List, Optional
 
 from ...binder import OpBinder
 from ...builder import Tensor, TorchBuilder, vtensor_type_text
-from ...kernels import nbits_matvec
+from ...kernels import nbits_matmul
 from ...registry import Refusal, onnx_op
 
 SUPPORTED_BITS = (4, 8)
@@ -61,8 +60,8 @@ def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
     if quantize_a:
         a_MK32 = int8_block_quantized(tb, a_MK32, K, L)
     weight = (packed_NKbB, scales, zero_points, K, N, bits, L)
-    if b.options is not None and b.options.matmul_nbits == "kernel" and nbits_matvec.supported(bits, K, L):
-        y_MN = by_rows(tb, a_MK32, weight)
+    if b.options is not None and b.options.matmul_nbits == "kernel" and nbits_matmul.supported(bits, K, L):
+        y_MN = by_kernel(tb, a_MK32, weight)
     else:
         y_MN = dequantized_product(tb, a_MK32, weight)
     if bias_N is not None:
@@ -77,18 +76,11 @@ def dequantized_product(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
     return tb.matmul(a_MK, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
 
 
-def by_rows(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
-    """A [M..,K] f32 by the weight, -> [M..,N]: the kernel for up to MAX_ROWS rows (M, the
-    product of the leading dims), the dequantized weight for more (at run time where M is)."""
+def by_kernel(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
+    """A [M..,K] f32 by the packed weight in kernels/nbits_matmul.py's dispatch: -> [M..,N] f32."""
     N = weight[4]
     leading = [tb.size(a_MK, d) for d in range(a_MK.rank - 1)]
-    a_RK = tb.flatten(a_MK, 0, a_MK.rank - 2)  # [M..,K] -> [M,K]
-    M = tb.size(a_RK, 0)
-    if isinstance(M, int):
-        y_RN = kernel_product(tb, a_RK, weight) if M <= nbits_matvec.MAX_ROWS else dequantized_product(tb, a_RK, weight)
-    else:
-        y_RN = tb.if_else(tb.dim_le(M, nbits_matvec.MAX_ROWS), (None, N), "f32",
-                          lambda inner: kernel_product(inner, a_RK, weight), lambda inner: dequantized_product(inner, a_RK, weight))
+    y_RN = kernel_product(tb, tb.flatten(a_MK, 0, a_MK.rank - 2), weight)  # [M..,K] -> [M,K] -> [M,N]
     if a_MK.rank == 2:
         return y_RN
     shape = tuple(tb.static(d) for d in leading) + (N,)
@@ -96,9 +88,9 @@ def by_rows(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
 
 
 def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
-    """A [M,K] f32 by the packed weight in kernels/nbits_matvec.py's dispatch: -> [M,N] f32."""
+    """A [M,K] f32 by the packed weight: -> [M,N] f32."""
     packed_NKbB, scales, zero_points, K, N, bits, L = weight
-    Kb, C = K // L, K // nbits_matvec.CHUNK
+    Kb, C = K // L, K // nbits_matmul.CHUNK
     a_RCHP = tb.unflatten(a_RK, 1, [C, 16, 2])  # [M,K] -> [M,C,16,2]: value 32c + 2j + p at [c, j, p]
     a_RCPH = tb.transpose(a_RCHP, 2, 3)  # -> [M,C,2,16]: the chunk's even values, then its odd ones
     q_NCH = tb.unflatten(tb.flatten(packed_NKbB, 1, 2), 1, [C, 16])  # [N,Kb,L/2] -> [N,K/2] -> [N,C,16] bytes
@@ -107,7 +99,7 @@ def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
         zero_NKb = tb.full_like(scale_NKb, float(1 << (bits - 1)))
     else:
         zero_NKb = zero_points_f32(tb, zero_points, N, Kb, bits)
-    symbol, text = nbits_matvec.render(K, N, L, _OPSET)
+    symbol, text = nbits_matmul.render(K, N, L, _OPSET)
     operands = [tb.builtin(a_RCPH, (None, C, 2, 16)), tb.builtin(q_NCH), tb.builtin(scale_NKb), tb.builtin(zero_NKb)]
     y_RN = tb.call_function(symbol, text, operands, (None, N), "f32")  # the function's rows are dynamic
     if a_RK.shape[0] is None:

@@ -1,9 +1,9 @@
-"""MatMulNBits' CPU kernel (kernels/nbits_matvec.py, ``matmul_nbits=kernel``, iree-cpu's default)
+"""MatMulNBits' CPU kernel (kernels/nbits_matmul.py, ``matmul_nbits=kernel``, iree-cpu's default)
 against onnxruntime, and where the lowering calls it.
 
-A run-time row count takes the kernel up to MAX_ROWS rows and the dequantized
-weight above (a ``torch.prim.If``); a static one picks one of them.  Each model
-is compiled once, in a child process (a crash fails the test), for all its feeds.
+The kernel takes every row count, in workgroups of ROW_BLOCK rows that unpack each
+chunk once for ROW_GROUP rows (the block's last rows one at a time).  Each model is
+compiled once, in a child process (a crash fails the test), for all its feeds.
 
 Letters as in the pattern: K, N, L (block_size), Kb = K / L; 4-bit values, two a byte.
 """
@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gqa_torch_mlir import GqaTorchMlirError
-from gqa_torch_mlir.kernels.nbits_matvec import MAX_ROWS, rows_per_workgroup, symbol
+from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, ROW_GROUP, columns_per_workgroup, symbol
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import NBITS_KERNEL_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
@@ -71,11 +71,14 @@ def assert_matches_onnxruntime(onnx_model, feeds_list, tmp_path, atol):
             np.testing.assert_allclose(got.results[name], want, rtol=1e-5, atol=atol, err_msg=f"{shapes}: {name}")
 
 
-def test_run_time_rows_take_the_kernel_up_to_max_rows_then_the_dequantized_weight(tmp_path):
-    """Row counts on both sides of MAX_ROWS, and none; rank-3 A whose rows multiply to them."""
+def test_run_time_rows_in_groups_and_blocks(tmp_path):
+    """Row counts under a group, whole groups, a group and a remainder, whole row blocks, blocks and a
+    remainder, and none; rank-3 A whose rows multiply to them."""
     rng = np.random.default_rng(1)
     feeds = []
-    for rows, (b, s) in ((1, (1, 1)), (5, (1, 5)), (MAX_ROWS, (2, MAX_ROWS // 2)), (MAX_ROWS + 1, (MAX_ROWS + 1, 1)), (0, (0, 3))):
+    counts = (1, ROW_GROUP - 1, ROW_GROUP, ROW_GROUP + 1, ROW_BLOCK, 2 * ROW_BLOCK + ROW_GROUP + 3, 0)
+    for rows, (b, s) in zip(counts, ((1, 1), (ROW_GROUP - 1, 1), (2, ROW_GROUP // 2), (1, ROW_GROUP + 1), (2, ROW_BLOCK // 2),
+                                      (1, 2 * ROW_BLOCK + ROW_GROUP + 3), (0, 3))):
         feeds.append({"A": rng.standard_normal((rows, K)).astype(np.float32), "X": rng.standard_normal((b, s, K)).astype(np.float32)})
     assert_matches_onnxruntime(run_rows_model(), feeds, tmp_path, atol=2e-5)
 
@@ -102,24 +105,22 @@ def lowered(onnx_model, options=None) -> str:
 
 
 def test_where_the_lowering_calls_the_kernel():
-    """A run-time row count branches on it; static rows over MAX_ROWS, 8-bit weights, blocks of 16
-    values and matmul_nbits=dequantize do not call the kernel."""
+    """Run-time and static rows take the kernel; 8-bit weights, blocks of 16 values and
+    matmul_nbits=dequantize do not."""
     kernel = f"flow.dispatch @{symbol(K, N, 32)}_executable"  # its function is inlined by then
     text = lowered(run_rows_model())
-    assert text.count(kernel) == 2 and text.count("torch.prim.If ") >= 2
-    assert rows_per_workgroup(N) == 16 and f"arith.constant {N // 16} : index" in text
+    assert text.count(kernel) == 2 and "torch.aten.matmul" not in text.split("stream.executable")[0]
+    assert columns_per_workgroup(N) == 16 and f"arith.constant {N // 16} : index" in text
     rng = np.random.default_rng(3)
-    many = model([node("A", "Y", 32)], [("A", F32, [MAX_ROWS + 1, K])], [("Y", F32, [MAX_ROWS + 1, N])], quantized_weight(rng, 32))
-    assert "gqa_nbits_matvec" not in lowered(many)
-    few = model([node("A", "Y", 32)], [("A", F32, [MAX_ROWS, K])], [("Y", F32, [MAX_ROWS, N])], quantized_weight(rng, 32))
-    assert kernel in lowered(few) and "torch.prim.If " not in lowered(few)
+    static = model([node("A", "Y", 32)], [("A", F32, [40, K])], [("Y", F32, [40, N])], quantized_weight(rng, 32))
+    assert kernel in lowered(static)
     dequantize = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits="dequantize")
-    assert "gqa_nbits_matvec" not in lowered(few, dequantize)
+    assert "gqa_nbits_matmul" not in lowered(static, dequantize)
     eight = helper.make_node("MatMulNBits", ["A", "B8", "scales"], ["Y"], domain="com.microsoft", K=K, N=N, bits=8, block_size=32)
     b8 = numpy_helper.from_array(rng.integers(0, 256, (N, K // 32, 32), dtype=np.uint8), "B8")
-    assert "gqa_nbits_matvec" not in lowered(model([eight], [("A", F32, [1, K])], [("Y", F32, [1, N])], [b8] + quantized_weight(rng, 32)[1:2]))
+    assert "gqa_nbits_matmul" not in lowered(model([eight], [("A", F32, [1, K])], [("Y", F32, [1, N])], [b8] + quantized_weight(rng, 32)[1:2]))
     sixteen = model([node("A", "Y", 16)], [("A", F32, [1, K])], [("Y", F32, [1, N])], quantized_weight(rng, 16))
-    assert "gqa_nbits_matvec" not in lowered(sixteen)
+    assert "gqa_nbits_matmul" not in lowered(sixteen)
 
 
 def test_kernel_option_is_refused_where_it_cannot_run():
