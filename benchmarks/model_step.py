@@ -20,6 +20,8 @@ each round in a new random order:
                  (specialize.py): the step runs the copy compiled with both fixed
   untiled        specialized, with ``weight_tiling=False`` (the weight matmuls not
                  data-tiled: backends/iree/weight_tiling.py)
+  dequantized    specialized, with the lowering option ``matmul_nbits=dequantize``
+                 (an int4 decoder's MatMulNBits by the f32 weight, not kernels/nbits_matmul.py)
 
 ``--prompt N`` times the first call instead, a prompt of N tokens (empty caches; the
 general function: specialize does not apply).
@@ -31,6 +33,7 @@ onnxruntime's first.  Not a test: numbers depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -45,11 +48,14 @@ import onnxruntime as ort
 from compile_time import zero_feeds
 from decode_step import cpu_model
 from gqa_torch_mlir import InferenceSession
+from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
+from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.testing.decoder import EMBEDDED_DECODER
 from gqa_torch_mlir.testing.layers import with_layers
 
 DECODE = {"batch_size": 1, "sequence_length": 1}
-RUNS = {"as declared": {}, "specialized": {"specialize": DECODE}, "untiled": {"specialize": DECODE, "weight_tiling": False}}
+RUNS = {"as declared": {}, "specialized": {"specialize": DECODE}, "untiled": {"specialize": DECODE, "weight_tiling": False},
+        "dequantized": {"specialize": DECODE, "matmul_nbits": "dequantize"}}
 MODELS = {"mistral": EMBEDDED_DECODER / "model.onnx",
           "llama": Path(__file__).resolve().parents[1] / "test" / "fixtures" / "decoders" / "llama-fp32" / "model.onnx"}
 PROMPT = 12
@@ -62,6 +68,17 @@ def model_file(name: str, layers: int, workdir: Path) -> Path:
     path = workdir / f"{name}-{layers}.onnx"
     onnx.save(source if layers == 2 else with_layers(source, layers), str(path))
     return path
+
+
+def session(path: Path, threads: int, matmul_nbits=None, **kwargs) -> InferenceSession:
+    """Ours on iree-cpu with ``kwargs``; ``matmul_nbits`` (a lowering option the session does not
+    take) compiled through the backend with it, the rest of the options iree-cpu's."""
+    if matmul_nbits is None:
+        return InferenceSession(str(path), backend="iree-cpu", threads=threads, **kwargs)
+    options = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits=matmul_nbits)
+    specs = [kwargs["specialize"]] if "specialize" in kwargs else []
+    compiled = IreeCpuBackend(threads=threads, options=options).compile(str(path), specs)
+    return InferenceSession.from_vmfb(str(path), compiled.vmfb, backend="iree-cpu", threads=threads, specialize=specs or None)
 
 
 def step_feeds(path: Path, ref, head_size: int) -> dict:
@@ -81,7 +98,7 @@ def median_us(run, repeats: int) -> float:
 
 
 def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = HEAD_SIZE, labels=("as declared", "specialized"),
-            prompt: int = 0) -> None:
+            prompt: int = 0, atol: float = 1e-3) -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
@@ -91,10 +108,10 @@ def measure(path: Path, threads: int, rounds: int, inner: int, head_size: int = 
     expected = ref.run(None, feeds)
     runs = {"onnxruntime": lambda: ref.run(None, feeds)}
     for label in labels:
-        sess = InferenceSession(str(path), backend="iree-cpu", threads=threads, **RUNS[label])
+        sess = session(path, threads, **RUNS[label])
         got = sess.run(None, feeds)
         worst = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
-        if worst > 1e-3:
+        if worst > atol:
             raise SystemExit(f"{label}: outputs differ from onnxruntime's by {worst}")
         runs[label] = lambda sess=sess: sess.run(None, feeds)
     print_alternating(runs, rounds, inner)
@@ -123,6 +140,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="rounds; each times 50 calls of every run")
     parser.add_argument("--decoder", type=Path, help="a builder decoder directory instead (genai_config.json, model.onnx)")
     parser.add_argument("--inner", type=int, default=50, help="calls timed together in each round")
+    parser.add_argument("--atol", type=float, default=1e-3,
+                        help="largest difference from onnxruntime's outputs accepted (an int4 builder decoder's accuracy_level 4 "
+                             "differs by ~1e-2: docs/limits.md)")
     parser.add_argument("--prompt", type=int, default=0, help="time a prompt of this many tokens instead of a decode step")
     parser.add_argument("--runs", nargs="+", choices=tuple(RUNS), default=["as declared", "specialized"], help="ours, beside onnxruntime")
     args = parser.parse_args()
@@ -133,7 +153,8 @@ def main() -> None:
         for threads in args.threads:
             print(f"{args.decoder.name} ({config['num_hidden_layers']} layers, {config['num_attention_heads']}/"
                   f"{config['num_key_value_heads']} heads of {config['head_size']}), {what}, {threads} thread(s):")
-            measure(args.decoder / "model.onnx", threads, args.repeats, args.inner, config["head_size"], args.runs, args.prompt)
+            measure(args.decoder / "model.onnx", threads, args.repeats, args.inner, config["head_size"], args.runs, args.prompt,
+                    args.atol)
         return
     with tempfile.TemporaryDirectory() as workdir:
         for name, layers in ((n, k) for n in args.models for k in args.layers):
