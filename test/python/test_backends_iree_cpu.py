@@ -732,3 +732,24 @@ def test_static_gqa_in_an_if_matches_onnxruntime_call_after_call():
         got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
         kept.append(got)
         assert compare(cfg, got, run_onnxruntime(model, feeds), feeds) == [], f"call {seed}"
+
+
+def test_a_target_cpu_llvm_aborts_on_is_refused_by_name():
+    """``extra_flags`` naming a CPU LLVM does not know ended the Python process with exit code 1 and no
+    message (LLVM's fatal error inside IREE's in-process compile; backends/iree/target_check.py).
+    Run in a child process, so that the old behaviour fails this test instead of ending the run."""
+    code = textwrap.dedent("""
+        from gqa_torch_mlir.backends.iree import IreeCpuBackend
+        from gqa_torch_mlir.errors import GqaTorchMlirError
+        from gqa_torch_mlir.testing.matmul import weight_matmul_model
+        try:
+            IreeCpuBackend(extra_flags=["--iree-llvmcpu-target-cpu=bogus"]).compile(weight_matmul_model([2]))
+        except GqaTorchMlirError as e:
+            print("refused:", e)
+        IreeCpuBackend(extra_flags=["--iree-llvmcpu-target-cpu=x86-64-v3"]).compile(weight_matmul_model([2]))
+        print("x86-64-v3 compiled")
+    """)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "refused: iree-cpu: IREE's compiler fails with --iree-llvmcpu-target-cpu=bogus" in child.stdout
+    assert "'bogus' is not a recognized processor" in child.stdout and "x86-64-v3 compiled" in child.stdout

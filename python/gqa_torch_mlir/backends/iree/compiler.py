@@ -87,7 +87,7 @@ from ...pipeline import ModelLike, load_model
 from ...repro import repro_command, save_stage_input
 from ...specialize import function_name
 from .runtime import IreeCompiledModule
-from . import feed_alignment, tuning, weight_tiling
+from . import feed_alignment, target_check, tuning, weight_tiling
 from .targets import TARGETS
 
 __all__ = ["IreeBackend", "IreeCpuBackend", "LoweredModule"]
@@ -294,7 +294,8 @@ class IreeBackend:
             raise GqaTorchMlirError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
-        self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + tuple(extra_flags)
+        self.extra_flags: Tuple[str, ...] = tuple(extra_flags)
+        self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + self.extra_flags
         if weight_tiling is not None and not self.target.weight_tiling:
             raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none (got {weight_tiling!r})")
         self.weight_tiling = self.target.weight_tiling if weight_tiling is None else bool(weight_tiling)
@@ -369,6 +370,7 @@ class IreeBackend:
         invocation prints its diagnostics to stderr instead, captured at the
         file-descriptor level for the duration of the call.
         """
+        target_check.check(self.flags, self.extra_flags)  # a CPU name LLVM aborts on ends this process otherwise
         if tuning.uses_spec(self.flags):  # IREE 3.13 may deadlock loading it on worker threads (tuning.py)
             lowered.session.context.enable_multithreading(False)
         captured, errors, session = _Captured(), [], lowered.session
