@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/dispatch_profile.py [--case shared4095 growing1023 prefill256 ...] [--threads 1 2]
     python3 dispatch_profile.py --from DIR/CPU --case shared1023   # the steps decode_step.py --prepare compiled
+    .venv/bin/python benchmarks/dispatch_profile.py --decoder DIR [--threads 1]   # a builder decoder's decode step
 
 Compiles the step as ``InferenceSession(backend="iree-cpu")`` does, runs it
 under ``iree-benchmark-module`` with IREE's caching allocator (as
@@ -22,7 +23,9 @@ submissions, waits, the mid-step length read back). Cases: ``growingP`` and
 ``prefillS`` (S tokens, no past); a ``dyn`` suffix (``shared1023dyn``) compiles the model
 with every length dynamic and seqlens_k and total_sequence_length computed from an attention
 mask, as onnxruntime-genai's builder declares and computes them (decode_step.py's ``dyn.``
-modes). Not a test: numbers depend on the machine.
+modes).  ``--decoder DIR`` (a builder decoder, make_decoder.py) profiles its decode step after a
+prompt of model_step.py's length instead, compiled with ``specialize`` for it as model_step.py's
+"specialized" run.  Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -90,6 +93,29 @@ def write_step(case: str, threads: int, tmp: str, source: Optional[str] = None) 
     return vmfb, function, inputs
 
 
+def write_decoder_step(directory: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:
+    """A builder decoder's decode step, specialized (model_step.py's feeds): vmfb, function, inputs."""
+    from pathlib import Path
+
+    import onnx
+    import onnxruntime as ort
+    from gqa_torch_mlir.backends.iree import IreeCpuBackend
+    from model_step import DECODE, step_feeds
+
+    path = Path(directory) / "model.onnx"
+    head_size = json.loads((Path(directory) / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
+    feeds = step_feeds(path, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), head_size)
+    compiled = IreeCpuBackend(threads=threads).compile(str(path), [DECODE])
+    vmfb = os.path.join(tmp, "decoder.vmfb")
+    with open(vmfb, "wb") as f:
+        f.write(compiled.vmfb)
+    inputs = []
+    for i in onnx.load(str(path), load_external_data=False).graph.input:  # in the function's argument order
+        np.save(os.path.join(tmp, f"{i.name}.npy"), feeds[i.name])
+        inputs.append(f"--input=@{os.path.join(tmp, i.name + '.npy')}")
+    return vmfb, compiled.specialized[0], inputs
+
+
 def prepared_step(case: str, source: str) -> Tuple[str, str]:
     """(the vmfb of ``case`` in ``source``, its function), as decode_step.py names them."""
     import iree.runtime as ireert
@@ -142,20 +168,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs="*", default=["shared4095", "growing1023", "prefill256"])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--decoder", metavar="DIR", help="a builder decoder's decode step instead (make_decoder.py)")
     parser.add_argument("--from", dest="source", metavar="DIR",
                         help="profile the decode steps decode_step.py --prepare compiled into DIR (a host without the compiler)")
     args = parser.parse_args()
     if args.source and any(case.startswith("prefill") for case in args.case):
         parser.error("--from takes decode cases only (decode_step.py --prepare compiles no prefill)")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.decoder:
+            for threads in args.threads:
+                vmfb, function, inputs = write_decoder_step(args.decoder, threads, tmp)
+                profile_step(os.path.basename(args.decoder.rstrip("/")), vmfb, function, inputs, threads, tmp)
+            return
         for case in args.case:
             for threads in args.threads:
                 vmfb, function, inputs = write_step(case, threads, tmp, args.source)
-                wall = step_ms(benchmark(vmfb, function, inputs, threads, []))
-                profile = os.path.join(tmp, "step.ireeprof")
-                benchmark(vmfb, function, inputs, threads, ["--device_profiling_mode=host-execution,executable-metadata",
-                                                           f"--device_profiling_output={profile}"])
-                report(case, threads, wall, dispatches(profile))
+                profile_step(case, vmfb, function, inputs, threads, tmp)
+
+
+def profile_step(case: str, vmfb: str, function: str, inputs: List[str], threads: int, tmp: str) -> None:
+    wall = step_ms(benchmark(vmfb, function, inputs, threads, []))
+    profile = os.path.join(tmp, "step.ireeprof")
+    benchmark(vmfb, function, inputs, threads, ["--device_profiling_mode=host-execution,executable-metadata",
+                                               f"--device_profiling_output={profile}"])
+    report(case, threads, wall, dispatches(profile))
 
 
 if __name__ == "__main__":

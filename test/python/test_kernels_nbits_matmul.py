@@ -105,15 +105,19 @@ def lowered(onnx_model, options=None) -> str:
 
 
 def test_where_the_lowering_calls_the_kernel():
-    """Run-time and static rows take the kernel; 8-bit weights, blocks of 16 values and
-    matmul_nbits=dequantize do not."""
-    kernel = f"flow.dispatch @{symbol(K, N, 32)}_executable"  # its function is inlined by then
+    """Run-time and static rows take the kernel, in the form of their zero points; 8-bit weights,
+    blocks of 16 values and matmul_nbits=dequantize do not."""
+    kernel = f"flow.dispatch @{symbol(K, N, 32, 'u8')}_executable"  # its function is inlined by then
     text = lowered(run_rows_model())
     assert text.count(kernel) == 2 and "torch.aten.matmul" not in text.split("stream.executable")[0]
     assert columns_per_workgroup(N) == 16 and f"arith.constant {N // 16} : index" in text
     rng = np.random.default_rng(3)
     static = model([node("A", "Y", 32)], [("A", F32, [40, K])], [("Y", F32, [40, N])], quantized_weight(rng, 32))
     assert kernel in lowered(static)
+    for zero_points, form in (("values", "f32"), (None, "none")):  # packed ones are read as a byte a block (u8, above)
+        weight = quantized_weight(rng, 32, zero_points=zero_points)
+        graph = model([node("A", "Y", 32, zero_points=zero_points is not None)], [("A", F32, [2, K])], [("Y", F32, [2, N])], weight)
+        assert f"flow.dispatch @{symbol(K, N, 32, form)}_executable" in lowered(graph)
     dequantize = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits="dequantize")
     assert "gqa_nbits_matmul" not in lowered(static, dequantize)
     eight = helper.make_node("MatMulNBits", ["A", "B8", "scales"], ["Y"], domain="com.microsoft", K=K, N=N, bits=8, block_size=32)

@@ -11,10 +11,12 @@ values of that chunk, and each block's sum is scaled.
 
 ``render(K, N, L, opset)`` returns ``(symbol, text)``: the function
 
-    @symbol(a f32 [M, C, 2, 16], q i8 [N, C, 16], scales f32 [N, Kb], zero_points f32 [N, Kb])
+    @symbol(a f32 [M, C, 2, 16], q i8 [N, C, 16], scales f32 [N, Kb], zero_points [N, Kb])
         -> y f32 [M, N]
 
-with C = K / 32 chunks of 32 values a row and Kb = K / L blocks.  ``a`` is A deinterleaved
+with C = K / 32 chunks of 32 values a row and Kb = K / L blocks; ``zero_points`` is a byte a
+block (``"u8"``: the packed nibbles unpacked, a quarter of f32's bytes to read), f32 values
+(``"f32"``), or absent (``"none"``: 8), ZERO_POINTS.  ``a`` is A deinterleaved
 per chunk (``a[m, c, 0, j] = A[m, 32c + 2j]``, ``a[m, c, 1, j] = A[m, 32c + 2j + 1]``), so that
 the low nibbles of a chunk's bytes (the even values) meet the first half and the high
 nibbles the second.  ``y[m, n] = sum_b scales[n, b] * sum_(k in b) A[m, k] * (q[n, k] -
@@ -45,11 +47,26 @@ def columns_per_workgroup(N: int) -> int:
     return next(r for r in (32, 16, 8, 4, 2, 1) if N % r == 0)
 
 
-def symbol(K: int, N: int, L: int) -> str:
-    return f"gqa_nbits_matmul_k{K}_n{N}_l{L}"
+#: How a block's zero point reaches the kernel: a byte per block (the packed nibbles unpacked), f32
+#: values (zero points given in A's type), or none (2^(bits-1) = 8, onnxruntime's default)
+ZERO_POINTS = {"u8": "i8", "f32": "f32", "none": None}
 
 
-def _rows_body(group: int, tag: str, q_t: str, a_t: str, s_t: str, y_t: str) -> str:
+def symbol(K: int, N: int, L: int, zero_points: str) -> str:
+    return f"gqa_nbits_matmul_k{K}_n{N}_l{L}_z{zero_points}"
+
+
+def _zero_point(zero_points: str, z_t: str) -> str:
+    """%z, the block's zero point as f32."""
+    if zero_points == "none":
+        return "%z = arith.constant 8.0 : f32"
+    if zero_points == "u8":
+        return f"""%zq = memref.load %Z[%n, %b] : memref<{z_t}>
+  %z = arith.uitofp %zq : i8 to f32"""
+    return f"%z = memref.load %Z[%n, %b] : memref<{z_t}>"
+
+
+def _rows_body(group: int, tag: str, zero: str, q_t: str, a_t: str, s_t: str, y_t: str) -> str:
     """Column %n against rows %r .. %r + group - 1 of A: the chunk's nibbles unpacked once for them all."""
     v = "vector<16xf32>"
     rows = "\n".join(f"%{tag}r{g} = arith.addi %r, %c{g} : index" for g in range(group))
@@ -67,7 +84,7 @@ memref.store %{tag}y{g}, %Y[%{tag}r{g}, %n] : memref<{y_t}>""" for g in range(gr
     return f"""{rows}
 %{tag}acc:{group} = scf.for %b = %c0 to %blocks step %c1 iter_args({zeros}) -> ({types}) {{
   %s = memref.load %S[%n, %b] : memref<{s_t}>
-  %z = memref.load %Z[%n, %b] : memref<{s_t}>
+  {zero}
   %sv = vector.broadcast %s : f32 to {v}
   %zv = vector.broadcast %z : f32 to {v}
   %first = arith.muli %b, %chunks : index
@@ -89,10 +106,14 @@ memref.store %{tag}y{g}, %Y[%{tag}r{g}, %n] : memref<{y_t}>""" for g in range(gr
 {stores}"""
 
 
-def render(K: int, N: int, L: int, opset: int) -> tuple:
-    sym, C, Kb, R = symbol(K, N, L), K // CHUNK, K // L, columns_per_workgroup(N)
+def render(K: int, N: int, L: int, zero_points: str, opset: int) -> tuple:
+    sym, C, Kb, R = symbol(K, N, L, zero_points), K // CHUNK, K // L, columns_per_workgroup(N)
     a_t, q_t, s_t, y_t = f"?x{C}x2x16xf32", f"{N}x{C}x16xi8", f"{N}x{Kb}xf32", f"?x{N}xf32"
-    ts = (q_t, a_t, s_t, y_t)
+    z_t = f"{N}x{Kb}x{ZERO_POINTS[zero_points]}" if ZERO_POINTS[zero_points] else None
+    ts = (_zero_point(zero_points, z_t), q_t, a_t, s_t, y_t)
+    z_binding = "" if z_t is None else "%zb: !stream.binding, "
+    z_span = "" if z_t is None else f"%Z = stream.binding.subspan %zb[%c0] : !stream.binding -> memref<{z_t}>"
+    z_arg, z_operand, z_type = ("", "", "") if z_t is None else (f", %z: tensor<{z_t}>", ", %z", f", tensor<{z_t}>")
     text = f"""
 stream.executable private @{sym}_executable attributes {RESOURCES} {{
   stream.executable.export public @{sym}_rows workgroups(%m: index) -> (index, index, index) {{
@@ -103,7 +124,7 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
     stream.return %groups, %row_blocks, %c1 : index, index, index
   }}
   builtin.module {{
-    func.func @{sym}_rows(%ab: !stream.binding, %qb: !stream.binding, %sb: !stream.binding, %zb: !stream.binding,
+    func.func @{sym}_rows(%ab: !stream.binding, %qb: !stream.binding, %sb: !stream.binding, {z_binding}
                           %yb: !stream.binding, %m: index) {{
       {chr(10).join(f"%c{g} = arith.constant {g} : index" for g in range(max(ROW_GROUP, 2)))}
       %group = arith.constant {ROW_GROUP} : index
@@ -117,7 +138,7 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
       %A = stream.binding.subspan %ab[%c0] : !stream.binding -> memref<{a_t}>{{%m}}
       %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> memref<{q_t}>
       %S = stream.binding.subspan %sb[%c0] : !stream.binding -> memref<{s_t}>
-      %Z = stream.binding.subspan %zb[%c0] : !stream.binding -> memref<{s_t}>
+      {z_span}
       %Y = stream.binding.subspan %yb[%c0] : !stream.binding -> memref<{y_t}>{{%m}}
       %wg = stream.dispatch.workgroup.id[0] : index
       %wr = stream.dispatch.workgroup.id[1] : index
@@ -144,12 +165,12 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
     }}
   }}
 }}
-func.func private @{sym}(%a: tensor<{a_t}>, %q: tensor<{q_t}>, %s: tensor<{s_t}>, %z: tensor<{s_t}>) -> tensor<{y_t}>
+func.func private @{sym}(%a: tensor<{a_t}>, %q: tensor<{q_t}>, %s: tensor<{s_t}>{z_arg}) -> tensor<{y_t}>
     attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
   %m = tensor.dim %a, %c0 : tensor<{a_t}>
-  %y = flow.dispatch @{sym}_executable::@{sym}_rows[%m](%a, %q, %s, %z, %m)
-      : (tensor<{a_t}>{{%m}}, tensor<{q_t}>, tensor<{s_t}>, tensor<{s_t}>, index) -> tensor<{y_t}>{{%m}}
+  %y = flow.dispatch @{sym}_executable::@{sym}_rows[%m](%a, %q, %s{z_operand}, %m)
+      : (tensor<{a_t}>{{%m}}, tensor<{q_t}>, tensor<{s_t}>{z_type}, index) -> tensor<{y_t}>{{%m}}
   return %y : tensor<{y_t}>
 }}
 """

@@ -94,13 +94,16 @@ def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
     a_RCHP = tb.unflatten(a_RK, 1, [C, 16, 2])  # [M,K] -> [M,C,16,2]: value 32c + 2j + p at [c, j, p]
     a_RCPH = tb.transpose(a_RCHP, 2, 3)  # -> [M,C,2,16]: the chunk's even values, then its odd ones
     q_NCH = tb.unflatten(tb.flatten(packed_NKbB, 1, 2), 1, [C, 16])  # [N,Kb,L/2] -> [N,K/2] -> [N,C,16] bytes
-    scale_NKb = per_block(tb, scales, N, Kb)
-    if zero_points is None:
-        zero_NKb = tb.full_like(scale_NKb, float(1 << (bits - 1)))
+    operands = [tb.builtin(a_RCPH, (None, C, 2, 16)), tb.builtin(q_NCH), tb.builtin(per_block(tb, scales, N, Kb))]
+    if zero_points is None:  # 2^(bits-1) in the kernel
+        form = "none"
+    elif zero_points.dtype == "ui8":  # a byte a block: a quarter of f32's bytes to read
+        form, zero_NKb = "u8", tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "ui8")
     else:
-        zero_NKb = zero_points_f32(tb, zero_points, N, Kb, bits)
-    symbol, text = nbits_matmul.render(K, N, L, _OPSET)
-    operands = [tb.builtin(a_RCPH, (None, C, 2, 16)), tb.builtin(q_NCH), tb.builtin(scale_NKb), tb.builtin(zero_NKb)]
+        form, zero_NKb = "f32", per_block(tb, zero_points, N, Kb)
+    if form != "none":
+        operands.append(tb.builtin(zero_NKb))
+    symbol, text = nbits_matmul.render(K, N, L, form, _OPSET)
     y_RN = tb.call_function(symbol, text, operands, (None, N), "f32")  # the function's rows are dynamic
     if a_RK.shape[0] is None:
         return y_RN
@@ -110,9 +113,14 @@ def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
 def zero_points_f32(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits: int) -> Tensor:
     """Each block's zero point as f32 [N,Kb]: unpacked from bytes, or the values given."""
     if zero_points.dtype == "ui8":
-        zp_NZ = zero_points if zero_points.rank == 2 else tb.unflatten(zero_points, 0, [N, -1])  # [N*Z] -> [N,Z]
-        return tb.to_dtype(tb.slice(unpack_bits(tb, zp_NZ, bits), 1, 0, Kb), "f32")  # [N,Z] -> [N,Z*P] -> [N,Kb]
+        return tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "f32")
     return per_block(tb, zero_points, N, Kb)
+
+
+def unpacked_zero_points(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits: int) -> Tensor:
+    """Packed zero-point bytes [N*Z] or [N,Z] -> each block's value, si64 [N,Kb]."""
+    zp_NZ = zero_points if zero_points.rank == 2 else tb.unflatten(zero_points, 0, [N, -1])  # [N*Z] -> [N,Z]
+    return tb.slice(unpack_bits(tb, zp_NZ, bits), 1, 0, Kb)  # [N,Z] -> [N,Z*P] -> [N,Kb]
 
 
 def read_attributes(b: OpBinder):
