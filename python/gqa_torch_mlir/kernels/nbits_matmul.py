@@ -9,7 +9,7 @@ packed bytes once: each 16-byte chunk (32 values) is split into its low and high
 nibbles, converted to f32 in registers, less its block's zero point, against A's 32
 values of that chunk, and each block's sum is scaled.
 
-``render(K, N, L, opset)`` returns ``(symbol, text)``: the function
+``render(K, N, L, zero_points, opset)`` returns ``(symbol, text)``: the function
 
     @symbol(a f32 [M, C, 2, 16], q i8 [N, C, 16], scales f32 [N, Kb], zero_points [N, Kb])
         -> y f32 [M, N]
