@@ -420,11 +420,13 @@ class TorchBuilder:
         return d if isinstance(d, int) else None
 
     # -- shape ops ----------------------------------------------------------
-    def unflatten(self, t: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
-        """Split ``dim`` into static ``sizes`` (one may be -1): [.., a*b, ..] -> [.., a, b, ..]."""
-        known = math.prod(d for d in sizes if d != -1)
-        inferred = t.shape[dim] // known if t.shape[dim] is not None else None
-        shape = t.shape[:dim] + tuple(inferred if d == -1 else d for d in sizes) + t.shape[dim + 1 :]
+    def unflatten(self, t: Tensor, dim: int, sizes: Sequence[Dim]) -> Tensor:
+        """Split ``dim`` into ``sizes`` (one static size may be -1; run-time sizes are taken as given,
+        e.g. a flattened tensor's leading dims): [.., a*b, ..] -> [.., a, b, ..]."""
+        static = [self.static(d) for d in sizes]
+        known = None if None in static else math.prod(d for d in static if d != -1)
+        inferred = t.shape[dim] // known if t.shape[dim] is not None and known else None
+        shape = t.shape[:dim] + tuple(inferred if d == -1 else d for d in static) + t.shape[dim + 1 :]
         return self.tensor_op("torch.aten.unflatten.int", [t.value, self.int(dim), self.int_list(sizes)], shape, t.dtype)
 
     def flatten(self, t: Tensor, start: int, end: int) -> Tensor:

@@ -35,6 +35,5 @@ def lower_matmul_by_weight(b: OpBinder, tb: TorchBuilder):
     leading = [tb.size(x, d) for d in range(x.rank - 1)]
     x_MK = tb.flatten(x, 0, x.rank - 2)  # [.., K] -> [M, K]
     y_MN = tb.tensor_op("torch.aten.mm", [x_MK.value, weight_KN.value], (x_MK.shape[0], weight_KN.shape[1]), x.dtype)
-    shape = tuple(tb.static(d) for d in leading) + (weight_KN.shape[1],)
-    y = tb.tensor_op("torch.aten.unflatten.int", [y_MN.value, tb.int(0), tb.int_list(leading)], shape, x.dtype)  # [M, N] -> [.., N]
+    y = tb.unflatten(y_MN, 0, leading)  # [M, N] -> [.., N]
     return [b.declared_result(tb, 0, y, "Y")]

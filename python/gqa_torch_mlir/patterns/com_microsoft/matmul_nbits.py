@@ -78,13 +78,9 @@ def dequantized_product(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
 
 def by_kernel(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
     """A [M..,K] f32 by the packed weight in kernels/nbits_matmul.py's dispatch: -> [M..,N] f32."""
-    N = weight[4]
     leading = [tb.size(a_MK, d) for d in range(a_MK.rank - 1)]
     y_RN = kernel_product(tb, tb.flatten(a_MK, 0, a_MK.rank - 2), weight)  # [M..,K] -> [M,K] -> [M,N]
-    if a_MK.rank == 2:
-        return y_RN
-    shape = tuple(tb.static(d) for d in leading) + (N,)
-    return tb.tensor_op("torch.aten.unflatten.int", [y_RN.value, tb.int(0), tb.int_list(leading)], shape, "f32")  # -> [M..,N]
+    return y_RN if a_MK.rank == 2 else tb.unflatten(y_RN, 0, leading)  # -> [M..,N]
 
 
 def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
