@@ -176,5 +176,12 @@ def test_from_vmfb_needs_an_iree_backend():
         InferenceSession.from_vmfb(make_model(GQAConfig(batch=1, seq=1, past=4)), b"", backend="refbackend")
 
 
+def test_the_cpu_kernel_for_matmul_nbits_is_refused_on_cuda():
+    """Options given to the backend directly (the session builds them from the target): the device
+    check refuses kernel with device=gpu, and this the default device beside it."""
+    with pytest.raises(GqaTorchMlirError, match="matmul_nbits='kernel' is refused on iree-cuda"):
+        IreeBackend(target="iree-cuda", options=LoweringOptions(attention="sdpa", matmul_nbits="kernel"))
+
+
 def test_the_default_options_on_cuda_are_the_sdpa_form():
     assert IreeBackend(target="iree-cuda").options == LoweringOptions(attention="sdpa", device="gpu")

@@ -287,6 +287,9 @@ class IreeBackend:
         options = options or LoweringOptions.for_backend(target)  # the target's forms (options.py)
         if self.target.driver == "cuda" and options.attention != "sdpa":
             raise GqaTorchMlirError(DECOMPOSED_ON_CUDA.format(form=options.attention))
+        if self.target.driver == "cuda" and options.matmul_nbits == "kernel":
+            raise GqaTorchMlirError("matmul_nbits='kernel' is refused on iree-cuda: kernels/nbits_matmul.py is a CPU "
+                                    "kernel; use matmul_nbits='dequantize' (the default there)")
         self.options = options
         self.share_buffers = share_buffers
         self.plugin = plugin
