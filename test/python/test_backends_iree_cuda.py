@@ -177,8 +177,8 @@ def test_from_vmfb_needs_an_iree_backend():
 
 
 def test_the_cpu_kernel_for_matmul_nbits_is_refused_on_cuda():
-    """Options given to the backend directly (the session builds them from the target): the device
-    check refuses kernel with device=gpu, and this the default device beside it."""
+    """Options given to the backend directly (the session builds them from the target): LoweringOptions
+    refuses kernel with device=gpu; with the default device=cpu, the CUDA backend refuses it."""
     with pytest.raises(GqaTorchMlirError, match="matmul_nbits='kernel' is refused on iree-cuda"):
         IreeBackend(target="iree-cuda", options=LoweringOptions(attention="sdpa", matmul_nbits="kernel"))
 

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gqa_torch_mlir import GqaTorchMlirError
-from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, ROW_GROUP, columns_per_workgroup, symbol
+from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, ROW_GROUP, columns_per_workgroup, render, symbol
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import NBITS_KERNEL_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
@@ -110,7 +110,7 @@ def test_where_the_lowering_calls_the_kernel():
     kernel = f"flow.dispatch @{symbol(K, N, 32, 'u8')}_executable"  # its function is inlined by then
     text = lowered(run_rows_model())
     assert text.count(kernel) == 2 and "torch.aten.matmul" not in text.split("stream.executable")[0]
-    assert columns_per_workgroup(N) == 16 and f"arith.constant {N // 16} : index" in text
+    assert columns_per_workgroup(N) == 16 and "%cols = arith.constant 16 : index" in render(K, N, 32, "u8", 21)[1]
     rng = np.random.default_rng(3)
     static = model([node("A", "Y", 32)], [("A", F32, [40, K])], [("Y", F32, [40, N])], quantized_weight(rng, 32))
     assert kernel in lowered(static)
