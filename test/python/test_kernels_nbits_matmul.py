@@ -1,8 +1,8 @@
 """MatMulNBits' CPU kernel (kernels/nbits_matmul.py, ``matmul_nbits=kernel``, iree-cpu's default)
 against onnxruntime, and where the lowering calls it.
 
-The kernel takes every row count, in workgroups of ROW_BLOCK rows that unpack each
-chunk once for ROW_GROUP rows (the block's last rows one at a time).  Each model is
+The kernel takes every row count, in workgroups of ROW_BLOCK rows, a tile of TILES at a
+time: 8 rows by 2 columns, then 4 by 2, then one row a column.  Each model is
 compiled once, in a child process (a crash fails the test), for all its feeds.
 
 Letters as in the pattern: K, N, L (block_size), Kb = K / L; 4-bit values, two a byte.
@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gqa_torch_mlir import GqaTorchMlirError
-from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, ROW_GROUP, columns_per_workgroup, render, symbol
+from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, TILES, columns_per_workgroup, render, symbol
 from gqa_torch_mlir.options import LoweringOptions
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import NBITS_KERNEL_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
@@ -71,16 +71,31 @@ def assert_matches_onnxruntime(onnx_model, feeds_list, tmp_path, atol):
             np.testing.assert_allclose(got.results[name], want, rtol=1e-5, atol=atol, err_msg=f"{shapes}: {name}")
 
 
-def test_run_time_rows_in_groups_and_blocks(tmp_path):
-    """Row counts under a group, whole groups, a group and a remainder, whole row blocks, blocks and a
-    remainder, and none; rank-3 A whose rows multiply to them."""
+def row_counts():
+    """Every tile alone and after the larger ones, whole row blocks, blocks and a remainder, none."""
+    (big, _), (mid, _), _ = TILES
+    return (1, mid - 1, mid, mid + 1, big, big + mid + 1, ROW_BLOCK, 2 * ROW_BLOCK + big + mid + 3, 0)
+
+
+def test_run_time_rows_in_tiles_and_blocks(tmp_path):
+    """Each row count of row_counts() as A's rows and as rank-3 A's leading dims."""
     rng = np.random.default_rng(1)
     feeds = []
-    counts = (1, ROW_GROUP - 1, ROW_GROUP, ROW_GROUP + 1, ROW_BLOCK, 2 * ROW_BLOCK + ROW_GROUP + 3, 0)
-    for rows, (b, s) in zip(counts, ((1, 1), (ROW_GROUP - 1, 1), (2, ROW_GROUP // 2), (1, ROW_GROUP + 1), (2, ROW_BLOCK // 2),
-                                      (1, 2 * ROW_BLOCK + ROW_GROUP + 3), (0, 3))):
+    for rows in row_counts():
+        b, s = (2, rows // 2) if rows % 2 == 0 and rows else (1, rows) if rows else (0, 3)
         feeds.append({"A": rng.standard_normal((rows, K)).astype(np.float32), "X": rng.standard_normal((b, s, K)).astype(np.float32)})
     assert_matches_onnxruntime(run_rows_model(), feeds, tmp_path, atol=2e-5)
+
+
+def test_an_odd_column_count_takes_one_column_a_pass(tmp_path):
+    """N = 15: workgroups of one column, so every tile takes one column at a time."""
+    rng = np.random.default_rng(4)
+    n = 15
+    assert columns_per_workgroup(n) == 1
+    inits = quantized_weight(rng, 32, n=n)
+    graph = model([node("A", "Y", 32, n=n)], [("A", F32, ["m", K])], [("Y", F32, ["m", n])], inits)
+    feeds = [{"A": rng.standard_normal((rows, K)).astype(np.float32)} for rows in row_counts()[:6]]
+    assert_matches_onnxruntime(graph, feeds, tmp_path, atol=2e-5)
 
 
 def test_block_sizes_zero_point_forms_and_types(tmp_path):

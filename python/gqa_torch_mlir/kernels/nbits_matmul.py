@@ -6,8 +6,8 @@ dequantized to f32 by a dispatch of its own on every call, then read again by th
 matmul.  A 4096x1024 weight took 2.0 ms a row on the AMD guest, where onnxruntime's
 kernel took 0.19 ms (benchmarks/README.md, "CPU, round 28").  This kernel reads the
 packed bytes once: each 16-byte chunk (32 values) is split into its low and high
-nibbles, converted to f32 in registers, less its block's zero point, against A's 32
-values of that chunk, and each block's sum is scaled.
+nibbles and converted to f32 in registers, less its block's zero point, against A's 32
+values of that chunk.
 
 ``render(K, N, L, zero_points, opset)`` returns ``(symbol, text)``: the function
 
@@ -19,13 +19,23 @@ block (``"u8"``: the packed nibbles unpacked, a quarter of f32's bytes to read),
 (``"f32"``), or absent (``"none"``: 8), ZERO_POINTS.  ``a`` is A deinterleaved
 per chunk (``a[m, c, 0, j] = A[m, 32c + 2j]``, ``a[m, c, 1, j] = A[m, 32c + 2j + 1]``), so that
 the low nibbles of a chunk's bytes (the even values) meet the first half and the high
-nibbles the second.  ``y[m, n] = sum_b scales[n, b] * sum_(k in b) A[m, k] * (q[n, k] -
-zero_points[n, b])``: onnxruntime's f32 path, reassociated (the block's products are summed
-before its scale is applied).  M is left to run time.  Each workgroup takes
-:func:`columns_per_workgroup` output columns (32 as a rule) and ROW_BLOCK rows; it unpacks
-each chunk once for ROW_GROUP rows (the last rows of its block one at a time).  The
-dequantized weight's dispatches were slower at every row count measured, 1 to 256
-(2.3-3.2x onnxruntime at 64 and 256 rows, this kernel 1.5-2.2x).
+nibbles the second.  M is left to run time.
+
+Each workgroup takes :func:`columns_per_workgroup` output columns (32 as a rule) and
+ROW_BLOCK rows, a tile of TILES at a time: 8 rows by 2 columns while 8 are left, then 4 by 2,
+then one row a column.  In a tile each chunk is unpacked once for all its rows and each
+row's values are loaded once for all its columns; sums are kept as 16-lane vectors, one per
+row and column, and added across lanes at the end.
+
+- Several rows: ``y[m, n] = sum_k A[m, k] * ((q[n, k] - z[n, b]) * s[n, b])``, the dequantized
+  value onnxruntime's f32 path computes, a multiply-add a value per row.  The unpacking is
+  then a small part of a tile's work (on the AMD guest 256 rows of 1024x4096 went from
+  1.4-1.5x onnxruntime with groups of 4 rows a column to about 1.0-1.1x).
+- One row: ``y[m, n] = sum_b s[n, b] * sum_(k in b) A[m, k] * (q[n, k] - z[n, b])``, the same
+  arithmetic reassociated: a block's products summed before its scale, a multiply a block
+  instead of one a value (7% faster there than the dequantized values on one row).
+
+A row's result can so differ in its last bits with the row count (the tile it falls in).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from __future__ import annotations
 from .decode_attention import RESOURCES
 
 CHUNK = 32  # values a chunk: 16 bytes, two nibbles each
-ROW_GROUP = 4  # rows of A that share each chunk's unpacked nibbles (8 was slower at 4 rows, no faster at 256)
+TILES = ((8, 2), (4, 2), (1, 1))  # (rows of A, output columns) a pass: 8 rows at a time, then 4, then one by one
 ROW_BLOCK = 16  # rows of A a workgroup takes (the workgroups: column blocks x row blocks)
 
 
@@ -56,61 +66,115 @@ def symbol(K: int, N: int, L: int, zero_points: str) -> str:
     return f"gqa_nbits_matmul_k{K}_n{N}_l{L}_z{zero_points}"
 
 
-def _zero_point(zero_points: str, z_t: str) -> str:
-    """%z, the block's zero point as f32."""
+def _zero_point(zero_points: str, z_t: str, c: int) -> str:
+    """%z{c}, the block's zero point of column %col{c} as f32."""
     if zero_points == "none":
-        return "%z = arith.constant 8.0 : f32"
+        return f"%z{c} = arith.constant 8.0 : f32"
     if zero_points == "u8":
-        return f"""%zq = memref.load %Z[%n, %b] : memref<{z_t}>
-  %z = arith.uitofp %zq : i8 to f32"""
-    return f"%z = memref.load %Z[%n, %b] : memref<{z_t}>"
+        return f"""%zq{c} = memref.load %Z[%col{c}, %b] : memref<{z_t}>
+  %z{c} = arith.uitofp %zq{c} : i8 to f32"""
+    return f"%z{c} = memref.load %Z[%col{c}, %b] : memref<{z_t}>"
 
 
-def _rows_body(group: int, tag: str, zero: str, q_t: str, a_t: str, s_t: str, y_t: str) -> str:
-    """Column %n against rows %r .. %r + group - 1 of A: the chunk's nibbles unpacked once for them all."""
+def _dequantized(c: int, block_sums: bool, zero_points: str, z_t: str, q_t: str, s_t: str) -> tuple:
+    """(per block, per chunk): column %col{c}'s block zero point (and scale) as vectors; its chunk %c
+    unpacked, %we{c} the even values and %wo{c} the odd: q - z, times s unless ``block_sums``."""
     v = "vector<16xf32>"
+    block = f"""%s{c} = memref.load %S[%col{c}, %b] : memref<{s_t}>
+  {_zero_point(zero_points, z_t, c)}
+  %sv{c} = vector.broadcast %s{c} : f32 to {v}
+  %zv{c} = vector.broadcast %z{c} : f32 to {v}"""
+    chunk = f"""%bytes{c} = vector.load %Q[%col{c}, %c, %c0] : memref<{q_t}>, vector<16xi8>
+    %lo{c} = arith.andi %bytes{c}, %low : vector<16xi8>
+    %hi{c} = arith.shrui %bytes{c}, %four : vector<16xi8>
+    %lof{c} = arith.uitofp %lo{c} : vector<16xi8> to {v}
+    %hif{c} = arith.uitofp %hi{c} : vector<16xi8> to {v}"""
+    if block_sums:
+        chunk += f"""
+    %we{c} = arith.subf %lof{c}, %zv{c} : {v}
+    %wo{c} = arith.subf %hif{c}, %zv{c} : {v}"""
+    else:
+        chunk += f"""
+    %wez{c} = arith.subf %lof{c}, %zv{c} : {v}
+    %woz{c} = arith.subf %hif{c}, %zv{c} : {v}
+    %we{c} = arith.mulf %wez{c}, %sv{c} : {v}
+    %wo{c} = arith.mulf %woz{c}, %sv{c} : {v}"""
+    return block, chunk
+
+
+def _tile_body(group: int, width: int, tag: str, zero_points: str, z_t, q_t: str, a_t: str, s_t: str, y_t: str) -> str:
+    """Columns %col0 .. %col{width-1} against rows %r .. %r + group - 1 of A, one vector sum per row
+    and column.  Each chunk is unpacked once for all the rows and each row's values loaded once for
+    all the columns.  Several rows take the dequantized values, (q - z) * s, as onnxruntime's f32 path
+    does; one row sums each block's products before its scale (onnxruntime's arithmetic reassociated:
+    a multiply a block instead of one a value, which measured faster there)."""
+    v = "vector<16xf32>"
+    block_sums = group == 1
+    pairs = [(g, c) for g in range(group) for c in range(width)]
     rows = "\n".join(f"%{tag}r{g} = arith.addi %r, %c{g} : index" for g in range(group))
-    zeros = ", ".join(f"%{tag}a{g} = %zero" for g in range(group))
-    dzeros = ", ".join(f"%{tag}d{g} = %zero" for g in range(group))
-    types = ", ".join([v] * group)
-    products = "\n".join(
-        f"""%{tag}ae{g} = vector.load %A[%{tag}r{g}, %c, %c0, %c0] : memref<{a_t}>, {v}
-%{tag}ao{g} = vector.load %A[%{tag}r{g}, %c, %c1, %c0] : memref<{a_t}>, {v}
-%{tag}e{g} = vector.fma %we, %{tag}ae{g}, %{tag}d{g} : {v}
-%{tag}o{g} = vector.fma %wo, %{tag}ao{g}, %{tag}e{g} : {v}""" for g in range(group))
-    scaled = "\n".join(f"%{tag}s{g} = vector.fma %{tag}dot#{g}, %sv, %{tag}a{g} : {v}" for g in range(group))
-    stores = "\n".join(f"""%{tag}y{g} = vector.reduction <add>, %{tag}acc#{g} : {v} into f32
-memref.store %{tag}y{g}, %Y[%{tag}r{g}, %n] : memref<{y_t}>""" for g in range(group))
+    types = ", ".join([v] * len(pairs))
+    parts = [_dequantized(c, block_sums, zero_points, z_t, q_t, s_t) for c in range(width)]
+    outer = ", ".join(f"%{tag}a{i} = %zero" for i in range(len(pairs)))
+    inner = ", ".join(f"%{tag}k{i} = " + ("%zero" if block_sums else f"%{tag}a{i}") for i in range(len(pairs)))
+    products = []
+    for g in range(group):
+        products.append(f"%ae{g} = vector.load %A[%{tag}r{g}, %c, %c0, %c0] : memref<{a_t}>, {v}")
+        products += [f"%e{g}_{c} = vector.fma %we{c}, %ae{g}, %{tag}k{g * width + c} : {v}" for c in range(width)]
+        products.append(f"%ao{g} = vector.load %A[%{tag}r{g}, %c, %c1, %c0] : memref<{a_t}>, {v}")
+        products += [f"%o{g}_{c} = vector.fma %wo{c}, %ao{g}, %e{g}_{c} : {v}" for c in range(width)]
+    if block_sums:
+        scaled = "\n  ".join(f"%{tag}s{i} = vector.fma %d#{i}, %sv{c}, %{tag}a{i} : {v}" for i, (g, c) in enumerate(pairs))
+        block_results = ", ".join(f"%{tag}s{i}" for i in range(len(pairs)))
+    else:
+        scaled, block_results = "", ", ".join(f"%d#{i}" for i in range(len(pairs)))
+    stores = "\n".join(f"""%{tag}y{i} = vector.reduction <add>, %{tag}acc#{i} : {v} into f32
+memref.store %{tag}y{i}, %Y[%{tag}r{g}, %col{c}] : memref<{y_t}>""" for i, (g, c) in enumerate(pairs))
+    nl = "\n    "
     return f"""{rows}
-%{tag}acc:{group} = scf.for %b = %c0 to %blocks step %c1 iter_args({zeros}) -> ({types}) {{
-  %s = memref.load %S[%n, %b] : memref<{s_t}>
-  {zero}
-  %sv = vector.broadcast %s : f32 to {v}
-  %zv = vector.broadcast %z : f32 to {v}
+%{tag}acc:{len(pairs)} = scf.for %b = %c0 to %blocks step %c1 iter_args({outer}) -> ({types}) {{
+  {nl.join(block for block, _ in parts)}
   %first = arith.muli %b, %chunks : index
-  %{tag}dot:{group} = scf.for %j = %c0 to %chunks step %c1 iter_args({dzeros}) -> ({types}) {{
+  %d:{len(pairs)} = scf.for %j = %c0 to %chunks step %c1 iter_args({inner}) -> ({types}) {{
     %c = arith.addi %first, %j : index
-    %bytes = vector.load %Q[%n, %c, %c0] : memref<{q_t}>, vector<16xi8>
-    %lo = arith.andi %bytes, %low : vector<16xi8>
-    %hi = arith.shrui %bytes, %four : vector<16xi8>
-    %lof = arith.uitofp %lo : vector<16xi8> to {v}
-    %hif = arith.uitofp %hi : vector<16xi8> to {v}
-    %we = arith.subf %lof, %zv : {v}
-    %wo = arith.subf %hif, %zv : {v}
-    {products}
-    scf.yield {", ".join(f"%{tag}o{g}" for g in range(group))} : {types}
+    {nl.join(chunk for _, chunk in parts)}
+    {nl.join(products)}
+    scf.yield {", ".join(f"%o{g}_{c}" for g, c in pairs)} : {types}
   }}
   {scaled}
-  scf.yield {", ".join(f"%{tag}s{g}" for g in range(group))} : {types}
+  scf.yield {block_results} : {types}
 }}
 {stores}"""
+
+
+def _row_loops(R: int, ts: tuple) -> str:
+    """Rows %r0 .. %r1 against the workgroup's R columns, a tile of TILES at a time: the rows in
+    groups of the first tile's rows, then of the next one's, ..."""
+    loops, start = [], "%r0"
+    for i, (group, width) in enumerate(TILES):
+        width = width if R % width == 0 else 1
+        end = "%r1"
+        if i < len(TILES) - 1:
+            loops.append(f"""%left{i} = arith.subi %r1, {start} : index
+      %over{i} = arith.remui %left{i}, %c{group} : index
+      %end{i} = arith.subi %r1, %over{i} : index""")
+            end = f"%end{i}"
+        columns = "\n".join(f"%col{c} = arith.addi %n, %c{c} : index" for c in range(width))
+        loops.append(f"""scf.for %r = {start} to {end} step %c{group} {{
+        scf.for %i = %c0 to %cols step %c{width} {{
+          %n = arith.addi %n0, %i : index
+{columns}
+{_tile_body(group, width, f"t{i}_", *ts)}
+        }}
+      }}""")
+        start = end
+    return "      " + "\n      ".join(loops)
 
 
 def render(K: int, N: int, L: int, zero_points: str, opset: int) -> tuple:
     sym, C, Kb, R = symbol(K, N, L, zero_points), K // CHUNK, K // L, columns_per_workgroup(N)
     a_t, q_t, s_t, y_t = f"?x{C}x2x16xf32", f"{N}x{C}x16xi8", f"{N}x{Kb}xf32", f"?x{N}xf32"
     z_t = f"{N}x{Kb}x{ZERO_POINTS[zero_points]}" if ZERO_POINTS[zero_points] else None
-    ts = (_zero_point(zero_points, z_t), q_t, a_t, s_t, y_t)
+    ts = (zero_points, z_t, q_t, a_t, s_t, y_t)
     z_binding = "" if z_t is None else "%zb: !stream.binding, "
     z_span = "" if z_t is None else f"%Z = stream.binding.subspan %zb[%c0] : !stream.binding -> memref<{z_t}>"
     z_arg, z_operand, z_type = ("", "", "") if z_t is None else (f", %z: tensor<{z_t}>", ", %z", f", tensor<{z_t}>")
@@ -126,8 +190,7 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
   builtin.module {{
     func.func @{sym}_rows(%ab: !stream.binding, %qb: !stream.binding, %sb: !stream.binding, {z_binding}
                           %yb: !stream.binding, %m: index) {{
-      {chr(10).join(f"%c{g} = arith.constant {g} : index" for g in range(max(ROW_GROUP, 2)))}
-      %group = arith.constant {ROW_GROUP} : index
+      {chr(10).join(f"%c{g} = arith.constant {g} : index" for g in range(max(max(t) for t in TILES) + 1))}
       %cols = arith.constant {R} : index
       %row_block = arith.constant {ROW_BLOCK} : index
       %blocks = arith.constant {Kb} : index
@@ -146,21 +209,7 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
       %r0 = arith.muli %wr, %row_block : index
       %r0_end = arith.addi %r0, %row_block : index
       %r1 = arith.minui %r0_end, %m : index
-      %r_span = arith.subi %r1, %r0 : index
-      %r_whole = arith.remui %r_span, %group : index
-      %r_grouped = arith.subi %r1, %r_whole : index
-      scf.for %r = %r0 to %r_grouped step %group {{
-        scf.for %i = %c0 to %cols step %c1 {{
-          %n = arith.addi %n0, %i : index
-{_rows_body(ROW_GROUP, "g", *ts)}
-        }}
-      }}
-      scf.for %r = %r_grouped to %r1 step %c1 {{
-        scf.for %i = %c0 to %cols step %c1 {{
-          %n = arith.addi %n0, %i : index
-{_rows_body(1, "u", *ts)}
-        }}
-      }}
+{_row_loops(R, ts)}
       return
     }}
   }}
