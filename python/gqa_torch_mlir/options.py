@@ -14,7 +14,7 @@ from .errors import GqaTorchMlirError
 ATTENTION_FORMS = ("decomposed", "sdpa", "fused")
 DEVICES = ("cpu", "gpu")
 SWITCH = ("off", "on")
-MATMUL_NBITS_FORMS = ("dequantize", "kernel")
+MATMUL_NBITS_FORMS = ("dequantize", "kernel", "vnni")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,12 @@ class LoweringOptions:
     #   dequantize  the weight dequantized to f32, then a matmul
     #   kernel      one hand-scheduled IREE CPU dispatch that reads the packed bytes
     #               (kernels/nbits_matmul.py); inside IREE's compiler and on the cpu device only
+    #   vnni        kernel, with accuracy_level 4's int8 products (A quantized per block, as
+    #               onnxruntime's int8 path) by AVX-512 VNNI instructions
+    #               (kernels/nbits_matmul_vnni.py).  iree-cpu's default where this host has
+    #               avx512vnni; an IreeBackend whose extra_flags choose a CPU target without
+    #               it compiles kernel instead.  Through the pass alone the compile target
+    #               must have it (LLVM cannot select vpdpbusd otherwise)
     matmul_nbits: str = "dequantize"
 
     def __post_init__(self):
@@ -57,15 +63,17 @@ class LoweringOptions:
             raise GqaTorchMlirError(f"option prefill_loop={self.prefill_loop!r} is not one of {', '.join(SWITCH)}")
         if self.matmul_nbits not in MATMUL_NBITS_FORMS:
             raise GqaTorchMlirError(f"option matmul_nbits={self.matmul_nbits!r} is not one of {', '.join(MATMUL_NBITS_FORMS)}")
-        if self.matmul_nbits == "kernel" and self.device != "cpu":
-            raise GqaTorchMlirError("option matmul_nbits=kernel is a CPU kernel; it needs device=cpu")
+        if self.matmul_nbits != "dequantize" and self.device != "cpu":
+            raise GqaTorchMlirError(f"option matmul_nbits={self.matmul_nbits} is a CPU kernel; it needs device=cpu")
 
     @staticmethod
     def for_backend(backend: str, attention: "str | None" = None, prefill_loop: "str | None" = None) -> "LoweringOptions":
-        """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` and ``prefill_loop`` if given."""
+        """The form each backend runs fastest (BACKEND_DEFAULTS), with ``attention`` and ``prefill_loop`` if given.
+        iree-cpu compiles for this host: ``matmul_nbits=vnni`` where it has AVX-512 VNNI."""
         default = BACKEND_DEFAULTS[backend]
+        nbits = "vnni" if default.matmul_nbits == "kernel" and host_has_avx512_vnni() else default.matmul_nbits
         return LoweringOptions(attention=attention or default.attention, device=default.device,
-                               prefill_loop=prefill_loop or default.prefill_loop, matmul_nbits=default.matmul_nbits)
+                               prefill_loop=prefill_loop or default.prefill_loop, matmul_nbits=nbits)
 
     def text(self) -> str:
         """The pass's option string (``attention=sdpa device=gpu``), as ``parse`` reads it."""
@@ -91,3 +99,13 @@ BACKEND_DEFAULTS = {
     "iree-cpu": LoweringOptions(attention="fused", matmul_nbits="kernel"),
     "iree-cuda": LoweringOptions(attention="sdpa", device="gpu"),
 }
+
+
+def host_has_avx512_vnni() -> bool:
+    """Whether this host's CPU has AVX-512 VNNI (``avx512_vnni`` among /proc/cpuinfo's flags; False
+    where there is no such file)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "avx512_vnni" in line.split() for line in f)
+    except OSError:
+        return False

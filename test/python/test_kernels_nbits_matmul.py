@@ -1,5 +1,6 @@
-"""MatMulNBits' CPU kernel (kernels/nbits_matmul.py, ``matmul_nbits=kernel``, iree-cpu's default)
-against onnxruntime, and where the lowering calls it.
+"""MatMulNBits' CPU kernels (kernels/nbits_matmul.py, ``matmul_nbits=kernel``, and its int8 form for
+accuracy_level 4, kernels/nbits_matmul_vnni.py, ``matmul_nbits=vnni``: iree-cpu's defaults) against
+onnxruntime, and where the lowering calls them.
 
 The kernel takes every row count, in workgroups of ROW_BLOCK rows, a tile of TILES at a
 time: 8 rows by 2 columns, then 4 by 2, then one row a column.  Each model is
@@ -16,9 +17,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gqa_torch_mlir import GqaTorchMlirError
+from gqa_torch_mlir import GqaTorchMlirError, InferenceSession
+from gqa_torch_mlir.kernels import nbits_matmul_vnni
 from gqa_torch_mlir.kernels.nbits_matmul import ROW_BLOCK, TILES, columns_per_workgroup, render, symbol
-from gqa_torch_mlir.options import LoweringOptions
+from gqa_torch_mlir.options import LoweringOptions, host_has_avx512_vnni
 from gqa_torch_mlir.passes.convert_onnx_gqa_to_torch import NBITS_KERNEL_OUTSIDE_IREE, apply_lowerings
 from gqa_torch_mlir.pipeline import import_onnx
 from gqa_torch_mlir.testing.gqa_onnx import run_onnxruntime
@@ -142,12 +144,82 @@ def test_where_the_lowering_calls_the_kernel():
     assert "gqa_nbits_matmul" not in lowered(sixteen)
 
 
-def test_kernel_option_is_refused_where_it_cannot_run():
+@pytest.mark.parametrize("form", ["kernel", "vnni"])
+def test_kernel_option_is_refused_where_it_cannot_run(form):
     """Outside IREE's compiler (torch-mlir's bindings: the refbackend, the opt driver) and on the gpu device."""
     module = import_onnx(run_rows_model())
-    refused = apply_lowerings(module.operation, options=LoweringOptions(matmul_nbits="kernel"))
-    assert [r.message for r in refused] == [NBITS_KERNEL_OUTSIDE_IREE]
-    with pytest.raises(GqaTorchMlirError, match="matmul_nbits=kernel is a CPU kernel; it needs device=cpu"):
-        LoweringOptions(device="gpu", matmul_nbits="kernel")
-    with pytest.raises(GqaTorchMlirError, match="option matmul_nbits='fast' is not one of dequantize, kernel"):
+    refused = apply_lowerings(module.operation, options=LoweringOptions(matmul_nbits=form))
+    assert [r.message for r in refused] == [NBITS_KERNEL_OUTSIDE_IREE.format(form=form)]
+    with pytest.raises(GqaTorchMlirError, match=f"matmul_nbits={form} is a CPU kernel; it needs device=cpu"):
+        LoweringOptions(device="gpu", matmul_nbits=form)
+    with pytest.raises(GqaTorchMlirError, match="option matmul_nbits='fast' is not one of dequantize, kernel, vnni"):
         LoweringOptions.parse("matmul_nbits=fast")
+
+
+def int8_path_model(rng, L, zero_points="packed", k=256):
+    """accuracy_level 4 (onnxruntime's int8 path), A [m,K] and [b,s,K] of run-time rows, K = ``k``."""
+    Kb = k // L
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (N, Kb, L // 2), dtype=np.uint8), "B"),
+             numpy_helper.from_array((rng.random(N * Kb) * 0.1 + 0.01).astype(np.float32), "scales")]
+    if zero_points == "packed":
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, N * -(-Kb // 2), dtype=np.uint8), "zero_points"))
+    nodes = [helper.make_node("MatMulNBits", [a, "B", "scales"] + (["zero_points"] if zero_points else []), [y], domain="com.microsoft",
+                              K=k, N=N, bits=4, block_size=L, accuracy_level=4) for a, y in (("A", "Y"), ("X", "Z"))]
+    return model(nodes, [("A", F32, ["m", k]), ("X", F32, ["b", "s", k])], [("Y", F32, ["m", N]), ("Z", F32, ["b", "s", N])], inits)
+
+
+def run_form(onnx_model, feeds_list, form):
+    """Ours on iree-cpu with ``matmul_nbits=form`` (in process: the other options iree-cpu's)."""
+    options = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits=form)
+    backend = IreeCpuBackend(threads=1, options=options)
+    session = InferenceSession.from_vmfb(onnx_model, backend.compile_lowered(backend.lower(onnx_model)), backend="iree-cpu", threads=1)
+    return [session.run(None, feeds) for feeds in feeds_list]
+
+
+NO_VNNI = pytest.mark.skipif(not host_has_avx512_vnni(), reason="this host's CPU has no AVX-512 VNNI to run the int8 kernel on "
+                                                                 "(its IR is checked in test_where_the_lowering_calls_the_int8_kernel)")
+
+
+@pytest.mark.parametrize("form", ["kernel", pytest.param("vnni", marks=NO_VNNI)])
+@pytest.mark.parametrize("L, zero_points", [(32, "packed"), (64, None), (128, "packed"), (256, None)])
+def test_accuracy_level_4_matches_onnxruntime(form, L, zero_points):
+    """onnxruntime's int8 path through both kernels: every tile alone and after the larger ones, rank-3
+    A; blocks of 32 (4 a 128-value group), 64 (2), 128 and 256 (a group in one block); packed zero
+    points and none."""
+    rng = np.random.default_rng(L)
+    graph = int8_path_model(rng, L, zero_points)
+    feeds_list = []
+    for rows in row_counts():
+        b, s = (1, rows) if rows else (0, 3)
+        feeds_list.append({"A": rng.standard_normal((rows, 256)).astype(np.float32), "X": rng.standard_normal((b, s, 256)).astype(np.float32)})
+    for feeds, got in zip(feeds_list, run_form(graph, feeds_list, form)):
+        for name, want, value in zip(("Y", "Z"), run_onnxruntime(graph, feeds).values(), got):
+            np.testing.assert_allclose(value, want, rtol=1e-5, atol=2e-5, err_msg=f"{form} L={L} rows={feeds['A'].shape[0]}: {name}")
+
+
+def test_where_the_lowering_calls_the_int8_kernel():
+    """matmul_nbits=vnni: accuracy_level 4 in whole 128-value groups takes the int8 kernel, in the form
+    of its zero points; K = 96, another accuracy level, or zero points given as values (not
+    onnxruntime's int8 path) take the f32 kernel."""
+    vnni = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits="vnni")
+    rng = np.random.default_rng(5)
+    text = lowered(int8_path_model(rng, 32), vnni)
+    assert text.count(f"flow.dispatch @{nbits_matmul_vnni.symbol(256, N, 32, 'u8')}_executable") == 2
+    assert "llvm.x86.avx512.vpdpbusd.512" in text and "gqa_nbits_matmul_k" not in text
+    assert f"@{nbits_matmul_vnni.symbol(256, N, 64, 'none')}_executable" in lowered(int8_path_model(rng, 64, None), vnni)
+    assert not nbits_matmul_vnni.supported(4, 96, 32)
+    assert "gqa_nbits_matmul_vnni" not in lowered(int8_path_model(rng, 32, k=96), vnni)
+    assert "gqa_nbits_matmul_k96" in lowered(int8_path_model(rng, 32, k=96), vnni)
+    f32_kernel = f"flow.dispatch @{symbol(K, N, 32, 'u8')}_executable"
+    assert f32_kernel in lowered(run_rows_model(), vnni)  # accuracy_level 0
+    values = model([node("A", "Y", 32, accuracy_level=4)], [("A", F32, [2, K])], [("Y", F32, [2, N])],
+                   quantized_weight(rng, 32, zero_points="values"))
+    assert f"@{symbol(K, N, 32, 'f32')}_executable" in lowered(values, vnni)
+
+
+def test_a_cpu_target_without_vnni_compiles_the_f32_kernel():
+    """An IreeCpuBackend whose extra_flags choose a CPU without AVX-512 VNNI (haswell) takes
+    matmul_nbits=kernel for vnni (options.py); one with it (sapphirerapids) keeps vnni."""
+    vnni = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits="vnni")
+    assert IreeCpuBackend(extra_flags=["--iree-llvmcpu-target-cpu=haswell"], options=vnni).options.matmul_nbits == "kernel"
+    assert IreeCpuBackend(extra_flags=["--iree-llvmcpu-target-cpu=sapphirerapids"], options=vnni).options.matmul_nbits == "vnni"

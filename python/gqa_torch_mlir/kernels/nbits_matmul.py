@@ -1,5 +1,9 @@
 """Rows of A by a 4-bit block-quantized weight as one IREE CPU dispatch (``matmul_nbits=kernel``).
 
+The f32 products: every accuracy level, and accuracy_level 4 on a target without AVX-512
+VNNI (there A is quantized to int8 and back first; with VNNI kernels/nbits_matmul_vnni.py
+multiplies its int8 values).
+
 IREE 3.13 on llvm-cpu does not fuse MatMulNBits' dequantization into the matmul
 that reads it: a weight over IREE's constant-expression limit (1 MiB of growth) is
 dequantized to f32 by a dispatch of its own on every call, then read again by the

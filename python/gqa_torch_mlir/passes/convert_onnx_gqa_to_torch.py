@@ -99,8 +99,8 @@ def apply_lowerings(root, registry: Registry = REGISTRY, options: Optional[Lower
     if options is not None and not _has_iree_dialects(root.context):
         if options.attention == "fused":
             return [RefusedOp(root.location, FUSED_OUTSIDE_IREE)]
-        if options.matmul_nbits == "kernel":
-            return [RefusedOp(root.location, NBITS_KERNEL_OUTSIDE_IREE)]
+        if options.matmul_nbits != "dequantize":
+            return [RefusedOp(root.location, NBITS_KERNEL_OUTSIDE_IREE.format(form=options.matmul_nbits))]
 
     def pattern(op, rewriter):
         op = op.operation
@@ -167,7 +167,7 @@ FUSED_OUTSIDE_IREE = (
     "attention=fused emits IREE dispatches (flow.dispatch of a stream.executable, kernels/): it runs only inside "
     "IREE's compiler (the iree-cpu backend); use attention=decomposed here")
 NBITS_KERNEL_OUTSIDE_IREE = (
-    "matmul_nbits=kernel emits an IREE dispatch (flow.dispatch of a stream.executable, kernels/nbits_matmul.py): it "
+    "matmul_nbits={form} emits an IREE dispatch (flow.dispatch of a stream.executable, kernels/nbits_matmul*.py): it "
     "runs only inside IREE's compiler (the iree-cpu backend); use matmul_nbits=dequantize here")
 
 

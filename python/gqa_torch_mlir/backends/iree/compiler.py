@@ -61,6 +61,7 @@ diagnostics and a command that reproduces it on a saved copy of its input:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -287,9 +288,9 @@ class IreeBackend:
         options = options or LoweringOptions.for_backend(target)  # the target's forms (options.py)
         if self.target.driver == "cuda" and options.attention != "sdpa":
             raise GqaTorchMlirError(DECOMPOSED_ON_CUDA.format(form=options.attention))
-        if self.target.driver == "cuda" and options.matmul_nbits == "kernel":
-            raise GqaTorchMlirError("matmul_nbits='kernel' is refused on iree-cuda: kernels/nbits_matmul.py is a CPU "
-                                    "kernel; use matmul_nbits='dequantize' (the default there)")
+        if self.target.driver == "cuda" and options.matmul_nbits != "dequantize":
+            raise GqaTorchMlirError(f"matmul_nbits={options.matmul_nbits!r} is refused on iree-cuda: kernels/nbits_matmul*.py "
+                                    "are CPU kernels; use matmul_nbits='dequantize' (the default there)")
         self.options = options
         self.share_buffers = share_buffers
         self.plugin = plugin
@@ -299,6 +300,8 @@ class IreeBackend:
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
         self.extra_flags: Tuple[str, ...] = tuple(extra_flags)
         self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + self.extra_flags
+        if self.options.matmul_nbits == "vnni" and target_check.sets_cpu(self.extra_flags) and not target_check.has_vnni(self.flags):
+            self.options = dataclasses.replace(self.options, matmul_nbits="kernel")  # vnni's f32 form (options.py)
         if weight_tiling is not None and not self.target.weight_tiling:
             raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none (got {weight_tiling!r})")
         self.weight_tiling = self.target.weight_tiling if weight_tiling is None else bool(weight_tiling)

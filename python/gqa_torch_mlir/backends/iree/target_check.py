@@ -8,11 +8,15 @@ one-op module with its target flags through the ``iree-compile`` tool (a child
 process: iree.compiler's ``compile_str``); if that fails, the compile is refused
 with the tool's last lines.  Each set of flags is tried once a process; flags
 without a CPU target setting are not tried.
+
+:func:`has_vnni` compiles, the same way, a dispatch that calls AVX-512 VNNI's
+``vpdpbusd`` (kernels/nbits_matmul_vnni.py's instruction): whether a target
+given by flags can take ``matmul_nbits=vnni``.
 """
 
 from __future__ import annotations
 
-from typing import Sequence, Set, Tuple
+from typing import Dict, Sequence, Set, Tuple
 
 from ...errors import GqaTorchMlirError
 
@@ -23,6 +27,31 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
   return %b : tensor<4xf32>
 }
 """
+_VNNI = """
+stream.executable private @ex {
+  stream.executable.export public @k workgroups() -> (index, index, index) {
+    %c1 = arith.constant 1 : index
+    stream.return %c1, %c1, %c1 : index, index, index
+  }
+  builtin.module {
+    func.func @k(%ab: !stream.binding, %yb: !stream.binding) {
+      %c0 = arith.constant 0 : index
+      %A = stream.binding.subspan %ab[%c0] : !stream.binding -> memref<64xi8>
+      %Y = stream.binding.subspan %yb[%c0] : !stream.binding -> memref<16xi32>
+      %a = vector.load %A[%c0] : memref<64xi8>, vector<64xi8>
+      %z = arith.constant dense<0> : vector<16xi32>
+      %y = llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"(%z, %a, %a) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
+      vector.store %y, %Y[%c0] : memref<16xi32>, vector<16xi32>
+      return
+    }
+  }
+}
+func.func @f(%a: tensor<64xi8>) -> tensor<16xi32> {
+  %y = flow.dispatch @ex::@k(%a) : (tensor<64xi8>) -> tensor<16xi32>
+  return %y : tensor<16xi32>
+}
+"""
+_VNNI_TRIED: Dict[Tuple[str, ...], bool] = {}
 _TARGET_PREFIXES = ("--iree-hal-", "--iree-llvmcpu-")  # the device and CPU flags (not the ONNX input type, not the tuning spec)
 _TRIED: Set[Tuple[str, ...]] = set()
 
@@ -44,3 +73,23 @@ def check(flags: Sequence[str], extra_flags: Sequence[str]) -> None:
         raise GqaTorchMlirError(f"iree-cpu: IREE's compiler fails with {' '.join(chosen)} (tried on a one-op module in the "
                                 f"iree-compile tool): " + " | ".join(dict.fromkeys(said or lines[-2:]))) from None
     _TRIED.add(target)
+
+
+def sets_cpu(extra_flags: Sequence[str]) -> bool:
+    """Whether ``extra_flags`` choose the CPU target (else iree-cpu compiles for this host)."""
+    return any(f.startswith(TARGET_FLAGS) for f in extra_flags)
+
+
+def has_vnni(flags: Sequence[str]) -> bool:
+    """Whether the CPU target of ``flags`` takes AVX-512 VNNI's ``vpdpbusd`` (a one-dispatch module
+    compiled in the ``iree-compile`` tool: LLVM cannot select it otherwise and aborts there)."""
+    from iree.compiler import CompilerToolError, compile_str
+
+    target = tuple(f for f in flags if f.startswith(_TARGET_PREFIXES))
+    if target not in _VNNI_TRIED:
+        try:
+            compile_str(_VNNI, extra_args=list(target))
+            _VNNI_TRIED[target] = True
+        except CompilerToolError:
+            _VNNI_TRIED[target] = False
+    return _VNNI_TRIED[target]

@@ -29,9 +29,12 @@ onnxruntime's kernel (``GetComputeType`` in matmul_nbits.cc) picks the int8
 path only for exactly 4, so 0-3 and values it does not define (5, -1, ...)
 all take its f32 path; they are accepted as it accepts them.
 
-With ``matmul_nbits=kernel`` (iree-cpu's default) a 4-bit weight in blocks of
-whole 32-value chunks is multiplied in one dispatch that reads its packed bytes
-(kernels/nbits_matmul.py), whatever the rows; other weights are dequantized first.
+With ``matmul_nbits=kernel`` a 4-bit weight in blocks of whole 32-value chunks
+is multiplied in one dispatch that reads its packed bytes (kernels/nbits_matmul.py),
+whatever the rows; other weights are dequantized first.  ``matmul_nbits=vnni``
+(iree-cpu's default on a host with AVX-512 VNNI) takes the int8 path's nodes whose K
+is whole 128-value groups to kernels/nbits_matmul_vnni.py instead: A's int8 values
+and block scales, multiplied in integers as onnxruntime's kernel does.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Dict, List, Optional
 
 from ...binder import OpBinder
 from ...builder import Tensor, TorchBuilder, vtensor_type_text
-from ...kernels import nbits_matmul
+from ...kernels import nbits_matmul, nbits_matmul_vnni
 from ...registry import Refusal, onnx_op
 
 SUPPORTED_BITS = (4, 8)
@@ -57,13 +60,14 @@ def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
     a, packed_NKbB, scales, zero_points, bias_N = (refined(tb, *spec) for spec in read_inputs(b, K, N, bits, L))
     quantize_a = level == INT8_ACCURACY_LEVEL and b.input_is_constant(1) and (zero_points is None or zero_points.dtype == "ui8")
     a_MK32 = tb.to_dtype(a if a.rank > 1 else tb.unsqueeze(a, 0), "f32")  # a rank-1 A: [K] -> [1,K]
-    if quantize_a:
-        a_MK32 = int8_block_quantized(tb, a_MK32, K, L)
     weight = (packed_NKbB, scales, zero_points, K, N, bits, L)
-    if b.options is not None and b.options.matmul_nbits == "kernel" and nbits_matmul.supported(bits, K, L):
-        y_MN = by_kernel(tb, a_MK32, weight)
+    form = b.options.matmul_nbits if b.options is not None else "dequantize"
+    if form == "vnni" and quantize_a and nbits_matmul_vnni.supported(bits, K, L):
+        y_MN = by_rows(tb, a_MK32, weight, vnni_product)  # A quantized in the products' own form
+    elif form in ("kernel", "vnni") and nbits_matmul.supported(bits, K, L):
+        y_MN = by_rows(tb, int8_block_quantized(tb, a_MK32, K, L) if quantize_a else a_MK32, weight, kernel_product)
     else:
-        y_MN = dequantized_product(tb, a_MK32, weight)
+        y_MN = dequantized_product(tb, int8_block_quantized(tb, a_MK32, K, L) if quantize_a else a_MK32, weight)
     if bias_N is not None:
         y_MN = tb.add(y_MN, tb.to_dtype(bias_N, "f32"))  # + [N]
     y = y_MN if a.rank > 1 else tb.flatten(y_MN, 0, 1)  # a rank-1 A: [1,N] -> [N]
@@ -76,10 +80,11 @@ def dequantized_product(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
     return tb.matmul(a_MK, tb.transpose(w_NK, 0, 1))  # [M..,K] x [K,N] -> [M..,N]
 
 
-def by_kernel(tb: TorchBuilder, a_MK: Tensor, weight) -> Tensor:
-    """A [M..,K] f32 by the packed weight in kernels/nbits_matmul.py's dispatch: -> [M..,N] f32."""
+def by_rows(tb: TorchBuilder, a_MK: Tensor, weight, product) -> Tensor:
+    """A [M..,K] f32 by the packed weight in one of the kernels' dispatches, ``product`` (A's rows
+    flattened): -> [M..,N] f32."""
     leading = [tb.size(a_MK, d) for d in range(a_MK.rank - 1)]
-    y_RN = kernel_product(tb, tb.flatten(a_MK, 0, a_MK.rank - 2), weight)  # [M..,K] -> [M,K] -> [M,N]
+    y_RN = product(tb, tb.flatten(a_MK, 0, a_MK.rank - 2), weight)  # [M..,K] -> [M,K] -> [M,N]
     return y_RN if a_MK.rank == 2 else tb.unflatten(y_RN, 0, leading)  # -> [M..,N]
 
 
@@ -101,6 +106,31 @@ def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
         operands.append(tb.builtin(zero_NKb))
     symbol, text = nbits_matmul.render(K, N, L, form, _OPSET)
     y_RN = tb.call_function(symbol, text, operands, (None, N), "f32")  # the function's rows are dynamic
+    return rows_typed(tb, y_RN, a_RK, N)
+
+
+def vnni_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
+    """A [M,K] f32, quantized per block to int8 as onnxruntime's int8 path, by the packed weight in
+    kernels/nbits_matmul_vnni.py's dispatch: -> [M,N] f32."""
+    packed_NKbB, scales, zero_points, K, N, bits, L = weight
+    Kb, G = K // L, K // nbits_matmul_vnni.GROUP
+    q_RKbL, scale_RKb1 = int8_blocks(tb, a_RK, K, L)
+    aq_RK = tb.to_dtype(tb.flatten(q_RKbL, 1, 2), "si8")  # [M,Kb,L] -> [M,K] int8 values
+    aq_RG4HP = tb.unflatten(aq_RK, 1, [G, 4, 16, 2])  # -> [M,G,4,16,2]: value 128g + 32i + 2j + p at [g, i, j, p]
+    aq_RGPHI = tb.transpose(aq_RG4HP, 2, 4)  # -> [M,G,2,16,4]
+    aq_RGP64 = tb.flatten(tb.transpose(aq_RGPHI, 3, 4), 3, 4)  # -> [M,G,2,4,16] -> [M,G,2,64]: even values, then odd
+    q_NK2 = tb.flatten(packed_NKbB, 1, 2)  # [N,Kb,L/2] -> [N,K/2] bytes
+    operands = [tb.builtin(aq_RGP64, (None, G, 2, 64)), tb.builtin(tb.flatten(scale_RKb1, 1, 2), (None, Kb)), tb.builtin(q_NK2),
+                tb.builtin(per_block(tb, scales, N, Kb))]
+    form = "none" if zero_points is None else "u8"  # the int8 path takes packed zero points or none
+    if form == "u8":
+        operands.append(tb.builtin(tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "ui8")))
+    symbol, text = nbits_matmul_vnni.render(K, N, L, form, _OPSET)
+    return rows_typed(tb, tb.call_function(symbol, text, operands, (None, N), "f32"), a_RK, N)
+
+
+def rows_typed(tb: TorchBuilder, y_RN: Tensor, a_RK: Tensor, N: int) -> Tensor:
+    """A kernel's result [?,N] cast to A's static row count where it has one."""
     if a_RK.shape[0] is None:
         return y_RN
     return Tensor(tb.static_info_cast(y_RN, vtensor_type_text((a_RK.shape[0], N), "f32")), (a_RK.shape[0], N), "f32")
@@ -228,6 +258,14 @@ def int8_block_quantized(tb: TorchBuilder, a_MK: Tensor, K: int, L: int) -> Tens
     The last block is zero-padded to L (zeros do not change max|a|);
     an all-zero block stays zero.
     """
+    last = a_MK.rank - 1
+    q_MKbL, scale_MKb1 = int8_blocks(tb, a_MK, K, L)
+    a_MKp = tb.flatten(tb.mul(q_MKbL, scale_MKb1), last, last + 1)  # -> [M..,Kb*L]
+    return a_MKp if a_MKp.shape[last] == K else tb.slice(a_MKp, last, 0, K)  # -> [M..,K]
+
+
+def int8_blocks(tb: TorchBuilder, a_MK: Tensor, K: int, L: int):
+    """(q [M..,Kb,L], scale [M..,Kb,1]): A's int8 values per block (f32, in [-127, 127]) and their scales."""
     Kb, last = -(-K // L), a_MK.rank - 1
     a_MKp = a_MK if Kb * L == K else tb.pad_dim_end(a_MK, last, Kb * L - K)  # [M..,K] -> [M..,Kb*L]
     a_MKbL = tb.unflatten(a_MKp, last, [Kb, L])  # -> [M..,Kb,L]
@@ -235,6 +273,4 @@ def int8_block_quantized(tb: TorchBuilder, a_MK: Tensor, K: int, L: int) -> Tens
     scale_MKb1 = tb.div_scalar(amax_MKb1, 127.0)
     inverse_MKb1 = tb.div(tb.full_like(amax_MKb1, 127.0), amax_MKb1)  # 127 / max|a|, as onnxruntime divides
     inverse_MKb1 = tb.where_scalar_else(tb.eq_scalar(amax_MKb1, 0.0), 0.0, inverse_MKb1)
-    q_MKbL = tb.round(tb.mul(a_MKbL, inverse_MKb1))  # half to even, as _mm256_round_ps
-    a_MKp = tb.flatten(tb.mul(q_MKbL, scale_MKb1), last, last + 1)  # -> [M..,Kb*L]
-    return a_MKp if Kb * L == K else tb.slice(a_MKp, last, 0, K)  # -> [M..,K]
+    return tb.round(tb.mul(a_MKbL, inverse_MKb1)), scale_MKb1  # half to even, as _mm256_round_ps
