@@ -150,14 +150,15 @@ memref.store %{tag}y{i}, %Y[%{tag}r{g}, %col{c}] : memref<{y_t}>""" for i, (g, c
 {stores}"""
 
 
-def _row_loops(R: int, ts: tuple) -> str:
-    """Rows %r0 .. %r1 against the workgroup's R columns, a tile of TILES at a time: the rows in
-    groups of the first tile's rows, then of the next one's, ..."""
+def row_loops(R: int, tiles: tuple, body) -> str:
+    """Rows %r0 .. %r1 against the workgroup's R columns, a tile of ``tiles`` at a time: the rows in
+    groups of the first tile's rows, then of the next one's, ...; ``body(rows, columns, tag)``
+    writes a tile (columns %col0 .., rows from %r)."""
     loops, start = [], "%r0"
-    for i, (group, width) in enumerate(TILES):
+    for i, (group, width) in enumerate(tiles):
         width = width if R % width == 0 else 1
         end = "%r1"
-        if i < len(TILES) - 1:
+        if i < len(tiles) - 1:
             loops.append(f"""%left{i} = arith.subi %r1, {start} : index
       %over{i} = arith.remui %left{i}, %c{group} : index
       %end{i} = arith.subi %r1, %over{i} : index""")
@@ -167,45 +168,41 @@ def _row_loops(R: int, ts: tuple) -> str:
         scf.for %i = %c0 to %cols step %c{width} {{
           %n = arith.addi %n0, %i : index
 {columns}
-{_tile_body(group, width, f"t{i}_", *ts)}
+{body(group, width, f"t{i}_")}
         }}
       }}""")
         start = end
     return "      " + "\n      ".join(loops)
 
 
-def render(K: int, N: int, L: int, zero_points: str, opset: int) -> tuple:
-    sym, C, Kb, R = symbol(K, N, L, zero_points), K // CHUNK, K // L, columns_per_workgroup(N)
-    a_t, q_t, s_t, y_t = f"?x{C}x2x16xf32", f"{N}x{C}x16xi8", f"{N}x{Kb}xf32", f"?x{N}xf32"
-    z_t = f"{N}x{Kb}x{ZERO_POINTS[zero_points]}" if ZERO_POINTS[zero_points] else None
-    ts = (zero_points, z_t, q_t, a_t, s_t, y_t)
-    z_binding = "" if z_t is None else "%zb: !stream.binding, "
-    z_span = "" if z_t is None else f"%Z = stream.binding.subspan %zb[%c0] : !stream.binding -> memref<{z_t}>"
-    z_arg, z_operand, z_type = ("", "", "") if z_t is None else (f", %z: tensor<{z_t}>", ", %z", f", tensor<{z_t}>")
-    text = f"""
+def rows_executable(sym: str, N: int, inputs: list, body: str, opset: int) -> str:
+    """The stream.executable and its caller for y f32 [M, N] from ``inputs`` (memref name, element
+    type string, rows dynamic: the first is A's, M rows), in workgroups of columns_per_workgroup(N)
+    columns by ROW_BLOCK rows; ``body`` the workgroup's code after its constants and %n0, %r0, %r1."""
+    R, y_t = columns_per_workgroup(N), f"?x{N}xf32"
+    rows = lambda dynamic: "{%m}" if dynamic else ""
+    bindings = "".join(f"%{name.lower()}b: !stream.binding, " for name, _, _ in inputs)
+    spans = "\n      ".join(f"%{name} = stream.binding.subspan %{name.lower()}b[%c0] : !stream.binding -> memref<{t}>{rows(d)}"
+                            for name, t, d in inputs)
+    args = ", ".join(f"%{name.lower()}: tensor<{t}>" for name, t, _ in inputs)
+    operands = ", ".join(f"%{name.lower()}" for name, _, _ in inputs)
+    types = ", ".join(f"tensor<{t}>{rows(d)}" for _, t, d in inputs)
+    first, first_t, _ = inputs[0]
+    return f"""
 stream.executable private @{sym}_executable attributes {RESOURCES} {{
   stream.executable.export public @{sym}_rows workgroups(%m: index) -> (index, index, index) {{
-    %groups = arith.constant {N // R} : index
+    %column_groups = arith.constant {N // R} : index
     %c1 = arith.constant 1 : index
     %blocks = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROW_BLOCK})>()[%m]
     %row_blocks = arith.maxui %blocks, %c1 : index
-    stream.return %groups, %row_blocks, %c1 : index, index, index
+    stream.return %column_groups, %row_blocks, %c1 : index, index, index
   }}
   builtin.module {{
-    func.func @{sym}_rows(%ab: !stream.binding, %qb: !stream.binding, %sb: !stream.binding, {z_binding}
-                          %yb: !stream.binding, %m: index) {{
-      {chr(10).join(f"%c{g} = arith.constant {g} : index" for g in range(max(max(t) for t in TILES) + 1))}
+    func.func @{sym}_rows({bindings}%yb: !stream.binding, %m: index) {{
+      %c0 = arith.constant 0 : index
       %cols = arith.constant {R} : index
       %row_block = arith.constant {ROW_BLOCK} : index
-      %blocks = arith.constant {Kb} : index
-      %chunks = arith.constant {L // CHUNK} : index
-      %zero = arith.constant dense<0.0> : vector<16xf32>
-      %low = arith.constant dense<15> : vector<16xi8>
-      %four = arith.constant dense<4> : vector<16xi8>
-      %A = stream.binding.subspan %ab[%c0] : !stream.binding -> memref<{a_t}>{{%m}}
-      %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> memref<{q_t}>
-      %S = stream.binding.subspan %sb[%c0] : !stream.binding -> memref<{s_t}>
-      {z_span}
+      {spans}
       %Y = stream.binding.subspan %yb[%c0] : !stream.binding -> memref<{y_t}>{{%m}}
       %wg = stream.dispatch.workgroup.id[0] : index
       %wr = stream.dispatch.workgroup.id[1] : index
@@ -213,18 +210,37 @@ stream.executable private @{sym}_executable attributes {RESOURCES} {{
       %r0 = arith.muli %wr, %row_block : index
       %r0_end = arith.addi %r0, %row_block : index
       %r1 = arith.minui %r0_end, %m : index
-{_row_loops(R, ts)}
+{body}
       return
     }}
   }}
 }}
-func.func private @{sym}(%a: tensor<{a_t}>, %q: tensor<{q_t}>, %s: tensor<{s_t}>{z_arg}) -> tensor<{y_t}>
+func.func private @{sym}({args}) -> tensor<{y_t}>
     attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
   %c0 = arith.constant 0 : index
-  %m = tensor.dim %a, %c0 : tensor<{a_t}>
-  %y = flow.dispatch @{sym}_executable::@{sym}_rows[%m](%a, %q, %s{z_operand}, %m)
-      : (tensor<{a_t}>{{%m}}, tensor<{q_t}>, tensor<{s_t}>{z_type}, index) -> tensor<{y_t}>{{%m}}
+  %m = tensor.dim %{first.lower()}, %c0 : tensor<{first_t}>
+  %y = flow.dispatch @{sym}_executable::@{sym}_rows[%m]({operands}, %m) : ({types}, index) -> tensor<{y_t}>{{%m}}
   return %y : tensor<{y_t}>
 }}
 """
-    return sym, text
+
+
+def index_constants(*values: int) -> str:
+    """%c{v} = arith.constant v : index for each value (and 1 .. the largest tile's size: the row offsets)."""
+    return "\n      ".join(f"%c{v} = arith.constant {v} : index" for v in sorted(set(values)) if v != 0)
+
+
+def render(K: int, N: int, L: int, zero_points: str, opset: int) -> tuple:
+    sym, C, Kb, R = symbol(K, N, L, zero_points), K // CHUNK, K // L, columns_per_workgroup(N)
+    a_t, q_t, s_t, y_t = f"?x{C}x2x16xf32", f"{N}x{C}x16xi8", f"{N}x{Kb}xf32", f"?x{N}xf32"
+    z_t = f"{N}x{Kb}x{ZERO_POINTS[zero_points]}" if ZERO_POINTS[zero_points] else None
+    ts = (zero_points, z_t, q_t, a_t, s_t, y_t)
+    inputs = [("A", a_t, True), ("Q", q_t, False), ("S", s_t, False)] + ([("Z", z_t, False)] if z_t else [])
+    body = f"""      {index_constants(*range(max(max(t) for t in TILES) + 1))}
+      %blocks = arith.constant {Kb} : index
+      %chunks = arith.constant {L // CHUNK} : index
+      %zero = arith.constant dense<0.0> : vector<16xf32>
+      %low = arith.constant dense<15> : vector<16xi8>
+      %four = arith.constant dense<4> : vector<16xi8>
+{row_loops(R, TILES, lambda group, width, tag: _tile_body(group, width, tag, *ts))}"""
+    return sym, rows_executable(sym, N, inputs, body, opset)

@@ -21,15 +21,17 @@ scales, added to a 16-lane f32 sum per row and column.  The target CPU must have
 with G = K / 128 groups: ``aq[m, g, 0, 16i + j] = Aq[m, 128g + 32i + 2j]`` (the even values of
 chunk 4g + i, which meet its bytes' low nibbles) and ``aq[m, g, 1, 16i + j]`` the odd ones.
 Zero points are a byte a block (``"u8"``) or absent (``"none"``: 8); f32 zero points never take
-onnxruntime's int8 path.  Workgroups and tiles are kernels/nbits_matmul.py's.
+onnxruntime's int8 path.  Workgroups are kernels/nbits_matmul.py's; TILES its own.
 """
 
 from __future__ import annotations
 
-from .decode_attention import RESOURCES
-from .nbits_matmul import ROW_BLOCK, TILES, columns_per_workgroup
+from .nbits_matmul import columns_per_workgroup, index_constants, row_loops, rows_executable
 
 GROUP = 128  # values a step: 64 bytes, 4 chunks of 32
+# (rows, columns) a pass, as kernels/nbits_matmul.py's TILES; 4 rows by 2 columns took 1.3x the time of
+# 4 by 1 on 4 rows of 1024x32000 (AMD guest), and 8 by 1 was slower than 8 by 2 from 16 rows
+TILES = ((8, 2), (4, 1), (1, 1))
 ZERO_POINTS = ("u8", "none")
 _DOT = '"llvm.x86.avx512.vpdpbusd.512"'
 _V, _I, _B = "vector<16xf32>", "vector<16xi32>", "vector<64xi8>"
@@ -114,83 +116,18 @@ memref.store %{tag}y{i}, %Y[%{tag}r{g}, %col{c}] : memref<{y_t}>""" for i, (g, c
 {stores}"""
 
 
-def _row_loops(R: int, zero_points: str, L: int, types: tuple) -> str:
-    """Rows %r0 .. %r1 against the workgroup's R columns, a tile of TILES at a time (nbits_matmul.py)."""
-    loops, start = [], "%r0"
-    for i, (group, width) in enumerate(TILES):
-        width = width if R % width == 0 else 1
-        end = "%r1"
-        if i < len(TILES) - 1:
-            loops.append(f"""%left{i} = arith.subi %r1, {start} : index
-      %over{i} = arith.remui %left{i}, %c{group} : index
-      %end{i} = arith.subi %r1, %over{i} : index""")
-            end = f"%end{i}"
-        columns = "\n".join(f"%col{c} = arith.addi %n, %c{c} : index" for c in range(width))
-        loops.append(f"""scf.for %r = {start} to {end} step %c{group} {{
-        scf.for %i = %c0 to %cols step %c{width} {{
-          %n = arith.addi %n0, %i : index
-{columns}
-{_tile_body(group, width, f"t{i}_", zero_points, L, types)}
-        }}
-      }}""")
-        start = end
-    return "      " + "\n      ".join(loops)
-
-
 def render(K: int, N: int, L: int, zero_points: str, opset: int) -> tuple:
     sym, G, Kb, R = symbol(K, N, L, zero_points), K // GROUP, K // L, columns_per_workgroup(N)
     a_t, as_t, q_t, s_t, y_t = f"?x{G}x2x64xi8", f"?x{Kb}xf32", f"{N}x{K // 2}xi8", f"{N}x{Kb}xf32", f"?x{N}xf32"
     z_t = f"{N}x{Kb}xi8" if zero_points == "u8" else None
     types = (a_t, as_t, q_t, s_t, z_t, y_t)
-    z_binding = "" if z_t is None else "%zb: !stream.binding, "
-    z_span = "" if z_t is None else f"%Z = stream.binding.subspan %zb[%c0] : !stream.binding -> memref<{z_t}>"
-    z_arg, z_operand, z_type = ("", "", "") if z_t is None else (f", %z: tensor<{z_t}>", ", %z", f", tensor<{z_t}>")
-    constants = "\n      ".join(f"%c{g} = arith.constant {g} : index" for g in sorted({*range(max(max(t) for t in TILES) + 1), 64}))
-    text = f"""
-stream.executable private @{sym}_executable attributes {RESOURCES} {{
-  stream.executable.export public @{sym}_rows workgroups(%m: index) -> (index, index, index) {{
-    %column_groups = arith.constant {N // R} : index
-    %c1 = arith.constant 1 : index
-    %blocks = affine.apply affine_map<()[s0] -> (s0 ceildiv {ROW_BLOCK})>()[%m]
-    %row_blocks = arith.maxui %blocks, %c1 : index
-    stream.return %column_groups, %row_blocks, %c1 : index, index, index
-  }}
-  builtin.module {{
-    func.func @{sym}_rows(%aqb: !stream.binding, %asb: !stream.binding, %qb: !stream.binding, %sb: !stream.binding, {z_binding}
-                          %yb: !stream.binding, %m: index) {{
-      {constants}
-      %cols = arith.constant {R} : index
-      %row_block = arith.constant {ROW_BLOCK} : index
+    inputs = [("AQ", a_t, True), ("AS", as_t, True), ("Q", q_t, False), ("S", s_t, False)] + ([("Z", z_t, False)] if z_t else [])
+    body = f"""      {index_constants(*range(max(max(t) for t in TILES) + 1), 64)}
       %groups = arith.constant {G} : index
       %zero = arith.constant dense<0.0> : {_V}
       %izero = arith.constant dense<0> : {_I}
       %ones = arith.constant dense<1> : {_B}
       %low = arith.constant dense<15> : {_B}
       %four = arith.constant dense<4> : {_B}
-      %AQ = stream.binding.subspan %aqb[%c0] : !stream.binding -> memref<{a_t}>{{%m}}
-      %AS = stream.binding.subspan %asb[%c0] : !stream.binding -> memref<{as_t}>{{%m}}
-      %Q = stream.binding.subspan %qb[%c0] : !stream.binding -> memref<{q_t}>
-      %S = stream.binding.subspan %sb[%c0] : !stream.binding -> memref<{s_t}>
-      {z_span}
-      %Y = stream.binding.subspan %yb[%c0] : !stream.binding -> memref<{y_t}>{{%m}}
-      %wg = stream.dispatch.workgroup.id[0] : index
-      %wr = stream.dispatch.workgroup.id[1] : index
-      %n0 = arith.muli %wg, %cols : index
-      %r0 = arith.muli %wr, %row_block : index
-      %r0_end = arith.addi %r0, %row_block : index
-      %r1 = arith.minui %r0_end, %m : index
-{_row_loops(R, zero_points, L, types)}
-      return
-    }}
-  }}
-}}
-func.func private @{sym}(%aq: tensor<{a_t}>, %as: tensor<{as_t}>, %q: tensor<{q_t}>, %s: tensor<{s_t}>{z_arg}) -> tensor<{y_t}>
-    attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{
-  %c0 = arith.constant 0 : index
-  %m = tensor.dim %aq, %c0 : tensor<{a_t}>
-  %y = flow.dispatch @{sym}_executable::@{sym}_rows[%m](%aq, %as, %q, %s{z_operand}, %m)
-      : (tensor<{a_t}>{{%m}}, tensor<{as_t}>{{%m}}, tensor<{q_t}>, tensor<{s_t}>{z_type}, index) -> tensor<{y_t}>{{%m}}
-  return %y : tensor<{y_t}>
-}}
-"""
-    return sym, text
+{row_loops(R, TILES, lambda group, width, tag: _tile_body(group, width, tag, zero_points, L, types))}"""
+    return sym, rows_executable(sym, N, inputs, body, opset)
