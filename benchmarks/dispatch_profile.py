@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/dispatch_profile.py [--case shared4095 growing1023 prefill256 ...] [--threads 1 2]
     python3 dispatch_profile.py --from DIR/CPU --case shared1023   # the steps decode_step.py --prepare compiled
     .venv/bin/python benchmarks/dispatch_profile.py --decoder DIR [--threads 1]   # a builder decoder's decode step
+    .venv/bin/python benchmarks/dispatch_profile.py --decoder DIR --prompt 128     # ... or its prompt of 128 tokens
 
 Compiles the step as ``InferenceSession(backend="iree-cpu")`` does, runs it
 under ``iree-benchmark-module`` with IREE's caching allocator (as
@@ -25,7 +26,8 @@ with every length dynamic and seqlens_k and total_sequence_length computed from 
 mask, as onnxruntime-genai's builder declares and computes them (decode_step.py's ``dyn.``
 modes).  ``--decoder DIR`` (a builder decoder, make_decoder.py) profiles its decode step after a
 prompt of model_step.py's length instead, compiled with ``specialize`` for it as model_step.py's
-"specialized" run.  Not a test: numbers depend on the machine.
+"specialized" run; with ``--prompt N``, its first call on a prompt of N tokens (the general
+function, model_step.py's ``--prompt``).  Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -93,27 +95,33 @@ def write_step(case: str, threads: int, tmp: str, source: Optional[str] = None) 
     return vmfb, function, inputs
 
 
-def write_decoder_step(directory: str, threads: int, tmp: str) -> Tuple[str, str, List[str]]:
-    """A builder decoder's decode step, specialized (model_step.py's feeds): vmfb, function, inputs."""
+def write_decoder_step(directory: str, threads: int, tmp: str, prompt: int = 0) -> Tuple[str, str, List[str]]:
+    """A builder decoder's decode step, specialized (model_step.py's feeds), or with ``prompt`` its
+    first call on that many tokens (the general function): vmfb, function, inputs."""
     from pathlib import Path
 
     import onnx
     import onnxruntime as ort
     from gqa_torch_mlir.backends.iree import IreeCpuBackend
+    from compile_time import zero_feeds
     from model_step import DECODE, step_feeds
 
     path = Path(directory) / "model.onnx"
     head_size = json.loads((Path(directory) / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
-    feeds = step_feeds(path, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), head_size)
-    compiled = IreeCpuBackend(threads=threads).compile(str(path), [DECODE])
+    proto = onnx.load(str(path), load_external_data=False)
+    if prompt:
+        feeds = zero_feeds(proto, head_size, prompt)
+    else:
+        feeds = step_feeds(path, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), head_size)
+    compiled = IreeCpuBackend(threads=threads).compile(str(path), [] if prompt else [DECODE])
     vmfb = os.path.join(tmp, "decoder.vmfb")
     with open(vmfb, "wb") as f:
         f.write(compiled.vmfb)
     inputs = []
-    for i in onnx.load(str(path), load_external_data=False).graph.input:  # in the function's argument order
+    for i in proto.graph.input:  # in the function's argument order
         np.save(os.path.join(tmp, f"{i.name}.npy"), feeds[i.name])
         inputs.append(f"--input=@{os.path.join(tmp, i.name + '.npy')}")
-    return vmfb, compiled.specialized[0], inputs
+    return vmfb, compiled.function if prompt else compiled.specialized[0], inputs
 
 
 def prepared_step(case: str, source: str) -> Tuple[str, str]:
@@ -169,6 +177,7 @@ def main() -> None:
     parser.add_argument("--case", nargs="*", default=["shared4095", "growing1023", "prefill256"])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--decoder", metavar="DIR", help="a builder decoder's decode step instead (make_decoder.py)")
+    parser.add_argument("--prompt", type=int, default=0, help="with --decoder: its first call on a prompt of this many tokens")
     parser.add_argument("--from", dest="source", metavar="DIR",
                         help="profile the decode steps decode_step.py --prepare compiled into DIR (a host without the compiler)")
     args = parser.parse_args()
@@ -177,8 +186,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.decoder:
             for threads in args.threads:
-                vmfb, function, inputs = write_decoder_step(args.decoder, threads, tmp)
-                profile_step(os.path.basename(args.decoder.rstrip("/")), vmfb, function, inputs, threads, tmp)
+                vmfb, function, inputs = write_decoder_step(args.decoder, threads, tmp, args.prompt)
+                name = os.path.basename(args.decoder.rstrip("/")) + (f", prompt of {args.prompt}" if args.prompt else "")
+                profile_step(name, vmfb, function, inputs, threads, tmp)
             return
         for case in args.case:
             for threads in args.threads:

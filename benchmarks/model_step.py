@@ -22,6 +22,10 @@ each round in a new random order:
                  data-tiled: backends/iree/weight_tiling.py)
   dequantized    specialized, with the lowering option ``matmul_nbits=dequantize``
                  (an int4 decoder's MatMulNBits by the f32 weight, not kernels/nbits_matmul.py)
+  f32 kernel     specialized, with ``matmul_nbits=kernel``: an int4 decoder at accuracy_level 4
+                 multiplied in f32 by kernels/nbits_matmul.py, not in int8 by
+                 kernels/nbits_matmul_vnni.py (``vnni``, iree-cpu's default on a host with
+                 AVX-512 VNNI); ``f32 kernel, declared`` the same as declared (for --prompt)
 
 ``--prompt N`` times the first call instead, a prompt of N tokens (empty caches; the
 general function: specialize does not apply).
@@ -55,7 +59,8 @@ from gqa_torch_mlir.testing.layers import with_layers
 
 DECODE = {"batch_size": 1, "sequence_length": 1}
 RUNS = {"as declared": {}, "specialized": {"specialize": DECODE}, "untiled": {"specialize": DECODE, "weight_tiling": False},
-        "dequantized": {"specialize": DECODE, "matmul_nbits": "dequantize"}}
+        "dequantized": {"specialize": DECODE, "matmul_nbits": "dequantize"},
+        "f32 kernel": {"specialize": DECODE, "matmul_nbits": "kernel"}, "f32 kernel, declared": {"matmul_nbits": "kernel"}}
 MODELS = {"mistral": EMBEDDED_DECODER / "model.onnx",
           "llama": Path(__file__).resolve().parents[1] / "test" / "fixtures" / "decoders" / "llama-fp32" / "model.onnx"}
 PROMPT = 12
