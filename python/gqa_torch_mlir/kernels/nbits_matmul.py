@@ -33,11 +33,11 @@ row and column, and added across lanes at the end.
 
 - Several rows: ``y[m, n] = sum_k A[m, k] * ((q[n, k] - z[n, b]) * s[n, b])``, the dequantized
   value onnxruntime's f32 path computes, a multiply-add a value per row.  The unpacking is
-  then a small part of a tile's work (on the AMD guest 256 rows of 1024x4096 went from
-  1.4-1.5x onnxruntime with groups of 4 rows a column to about 1.0-1.1x).
+  then a small part of a tile's work (on the AMD guest 256 rows of 4096x1024 went from
+  1.86x onnxruntime with groups of 4 rows a column to 1.08x; benchmarks/README.md, "CPU, round 29").
 - One row: ``y[m, n] = sum_b s[n, b] * sum_(k in b) A[m, k] * (q[n, k] - z[n, b])``, the same
   arithmetic reassociated: a block's products summed before its scale, a multiply a block
-  instead of one a value (7% faster there than the dequantized values on one row).
+  instead of one a value (the dequantized values took 8% longer on one row).
 
 A row's result can so differ in its last bits with the row count (the tile it falls in).
 """
