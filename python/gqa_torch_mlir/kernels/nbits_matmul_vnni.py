@@ -4,7 +4,7 @@ onnxruntime's int8 path (``accuracy_level`` 4, the builder's int4 models) quanti
 of L values to int8 (patterns/com_microsoft/matmul_nbits.py reproduces it) and multiplies bytes:
 ``y[m, n] = sum_b as[m, b] * s[n, b] * sum_(k in b) aq[m, k] * (q[n, k] - z[n, b])``, the inner
 sum exact in integers.  kernels/nbits_matmul.py computes the same in f32, converting every
-nibble; on the AMD guest onnxruntime's kernel was 1.4-2.7x faster there ("CPU, round 29").
+nibble; on the AMD guest onnxruntime's kernel was 1.3-2.7x faster there ("CPU, round 29").
 
 This kernel takes 64 packed bytes (128 values, 4 chunks) a step: their low and high nibbles
 masked out as bytes, each multiplied against A's int8 values by ``vpdpbusd`` (unsigned bytes
@@ -32,7 +32,6 @@ GROUP = 128  # values a step: 64 bytes, 4 chunks of 32
 # (rows, columns) a pass, as kernels/nbits_matmul.py's TILES; 4 rows by 2 columns took 1.3x the time of
 # 4 by 1 on 4 rows of 1024x32000 (AMD guest), and 8 by 1 was slower than 8 by 2 from 16 rows
 TILES = ((8, 2), (4, 1), (1, 1))
-ZERO_POINTS = ("u8", "none")
 _DOT = '"llvm.x86.avx512.vpdpbusd.512"'
 _V, _I, _B = "vector<16xf32>", "vector<16xi32>", "vector<64xi8>"
 
@@ -60,14 +59,14 @@ def _lanes(name: str, memref: str, row: str, t: str, elem: str, L: int) -> str:
     %{name} = vector.shuffle %{name}v, %{name}v [{mask}] : vector<{blocks}x{elem}>, vector<{blocks}x{elem}>"""
 
 
-def _column(c: int, zero_points: str, L: int, s_t: str, z_t: str) -> str:
+def _column(c: int, zero_points: str, L: int, q_t: str, s_t: str, z_t: str) -> str:
     """Column %col{c}'s bytes of group %g as low (%lo{c}) and high (%hi{c}) nibbles, its scales' and
     zero points' lanes (%bs{c}, %z{c})."""
     zero = f"%z{c} = arith.constant dense<8> : {_I}"
     if zero_points == "u8":
         zero = _lanes(f"zb{c}", "Z", f"%col{c}", z_t, "i8", L) + f"\n    %z{c} = arith.extui %zb{c} : vector<16xi8> to {_I}"
     return f"""%off{c} = arith.muli %g, %c64 : index
-    %bytes{c} = vector.load %Q[%col{c}, %off{c}] : memref<{{q_t}}>, {_B}
+    %bytes{c} = vector.load %Q[%col{c}, %off{c}] : memref<{q_t}>, {_B}
     %lo{c} = arith.andi %bytes{c}, %low : {_B}
     %hi{c} = arith.shrui %bytes{c}, %four : {_B}
     {_lanes(f"bs{c}", "S", f"%col{c}", s_t, "f32", L)}
@@ -101,7 +100,7 @@ def _tile_body(group: int, width: int, tag: str, zero_points: str, L: int, types
     rows = "\n".join(f"%{tag}r{g} = arith.addi %r, %c{g} : index" for g in range(group))
     vs = ", ".join([_V] * len(pairs))
     outer = ", ".join(f"%{tag}a{i} = %zero" for i in range(len(pairs)))
-    columns = "\n    ".join(_column(c, zero_points, L, s_t, z_t).replace("{q_t}", q_t) for c in range(width))
+    columns = "\n    ".join(_column(c, zero_points, L, q_t, s_t, z_t) for c in range(width))
     row_parts = "\n    ".join(_row(g, tag, a_t, as_t, L) for g in range(group))
     products = "\n    ".join(_product(g, c, f"%{tag}a{i}") for i, (g, c) in enumerate(pairs))
     stores = "\n".join(f"""%{tag}y{i} = vector.reduction <add>, %{tag}acc#{i} : {_V} into f32
