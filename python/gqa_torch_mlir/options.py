@@ -49,9 +49,10 @@ class LoweringOptions:
     #   vnni        kernel, with accuracy_level 4's int8 products (A quantized per block, as
     #               onnxruntime's int8 path) by AVX-512 VNNI instructions
     #               (kernels/nbits_matmul_vnni.py).  iree-cpu's default where this host has
-    #               avx512vnni; an IreeBackend whose extra_flags choose a CPU target without
-    #               it compiles kernel instead.  Through the pass alone the compile target
-    #               must have it (LLVM cannot select vpdpbusd otherwise)
+    #               avx512vnni; an IreeBackend whose compile target (this host, or the CPU
+    #               its extra_flags choose) lacks it compiles kernel instead.  Through the
+    #               pass alone the compile target must have it (LLVM cannot select vpdpbusd
+    #               otherwise)
     matmul_nbits: str = "dequantize"
 
     def __post_init__(self):

@@ -300,7 +300,7 @@ class IreeBackend:
         tuning_flags = tuning.cpu_flags() if self.target.tuned and tuning.enabled() else tuning.UNTUNED_FLAGS  # tuning.py
         self.extra_flags: Tuple[str, ...] = tuple(extra_flags)
         self.flags: Tuple[str, ...] = self.target.flags + tuning_flags + self.extra_flags
-        if self.options.matmul_nbits == "vnni" and target_check.sets_cpu(self.extra_flags) and not target_check.has_vnni(self.flags):
+        if self.options.matmul_nbits == "vnni" and not target_check.takes_vnni(self.flags, self.extra_flags):
             self.options = dataclasses.replace(self.options, matmul_nbits="kernel")  # vnni's f32 form (options.py)
         if weight_tiling is not None and not self.target.weight_tiling:
             raise GqaTorchMlirError(f"weight_tiling is an iree-cpu setting; {target} takes none (got {weight_tiling!r})")

@@ -9,9 +9,10 @@ process: iree.compiler's ``compile_str``); if that fails, the compile is refused
 with the tool's last lines.  Each set of flags is tried once a process; flags
 without a CPU target setting are not tried.
 
-:func:`has_vnni` compiles, the same way, a dispatch that calls AVX-512 VNNI's
-``vpdpbusd`` (kernels/nbits_matmul_vnni.py's instruction): whether a target
-given by flags can take ``matmul_nbits=vnni``.
+:func:`takes_vnni` says whether the compile target can take ``matmul_nbits=vnni``
+(AVX-512 VNNI's ``vpdpbusd``, kernels/nbits_matmul_vnni.py's instruction): this
+host's /proc/cpuinfo where the flags name no CPU, else :func:`has_vnni`, a
+dispatch that calls it compiled the same way as the one-op module.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Dict, Sequence, Set, Tuple
 
 from ...errors import GqaTorchMlirError
+from ...options import host_has_avx512_vnni
 
 TARGET_FLAGS = ("--iree-llvmcpu-target-cpu=", "--iree-llvmcpu-target-cpu-features=", "--iree-llvmcpu-target-triple=")
 _ONE_OP = """
@@ -75,9 +77,12 @@ def check(flags: Sequence[str], extra_flags: Sequence[str]) -> None:
     _TRIED.add(target)
 
 
-def sets_cpu(extra_flags: Sequence[str]) -> bool:
-    """Whether ``extra_flags`` choose the CPU target (else iree-cpu compiles for this host)."""
-    return any(f.startswith(TARGET_FLAGS) for f in extra_flags)
+def takes_vnni(flags: Sequence[str], extra_flags: Sequence[str]) -> bool:
+    """Whether the compile target takes ``vpdpbusd``: this host's where ``extra_flags`` choose no CPU
+    (iree-cpu compiles for the host), else the target's (:func:`has_vnni`)."""
+    if any(f.startswith(TARGET_FLAGS) for f in extra_flags):
+        return has_vnni(flags)
+    return host_has_avx512_vnni()
 
 
 def has_vnni(flags: Sequence[str]) -> bool:
