@@ -93,14 +93,12 @@ def _dequantized(c: int, block_sums: bool, zero_points: str, z_t: str, q_t: str,
     %hi{c} = arith.shrui %bytes{c}, %four : vector<16xi8>
     %lof{c} = arith.uitofp %lo{c} : vector<16xi8> to {v}
     %hif{c} = arith.uitofp %hi{c} : vector<16xi8> to {v}"""
-    if block_sums:
+    even, odd = ("we", "wo") if block_sums else ("wez", "woz")  # q - z, the result unless scaled after
+    chunk += f"""
+    %{even}{c} = arith.subf %lof{c}, %zv{c} : {v}
+    %{odd}{c} = arith.subf %hif{c}, %zv{c} : {v}"""
+    if not block_sums:
         chunk += f"""
-    %we{c} = arith.subf %lof{c}, %zv{c} : {v}
-    %wo{c} = arith.subf %hif{c}, %zv{c} : {v}"""
-    else:
-        chunk += f"""
-    %wez{c} = arith.subf %lof{c}, %zv{c} : {v}
-    %woz{c} = arith.subf %hif{c}, %zv{c} : {v}
     %we{c} = arith.mulf %wez{c}, %sv{c} : {v}
     %wo{c} = arith.mulf %woz{c}, %sv{c} : {v}"""
     return block, chunk

@@ -64,10 +64,12 @@ def lower_matmul_nbits(b: OpBinder, tb: TorchBuilder) -> List:
     form = b.options.matmul_nbits if b.options is not None else "dequantize"
     if form == "vnni" and quantize_a and nbits_matmul_vnni.supported(bits, K, L):
         y_MN = by_rows(tb, a_MK32, weight, vnni_product)  # A quantized in the products' own form
-    elif form in ("kernel", "vnni") and nbits_matmul.supported(bits, K, L):
-        y_MN = by_rows(tb, int8_block_quantized(tb, a_MK32, K, L) if quantize_a else a_MK32, weight, kernel_product)
     else:
-        y_MN = dequantized_product(tb, int8_block_quantized(tb, a_MK32, K, L) if quantize_a else a_MK32, weight)
+        a_MK32 = int8_block_quantized(tb, a_MK32, K, L) if quantize_a else a_MK32  # as the int8 path sees it, in f32
+        if form in ("kernel", "vnni") and nbits_matmul.supported(bits, K, L):
+            y_MN = by_rows(tb, a_MK32, weight, kernel_product)
+        else:
+            y_MN = dequantized_product(tb, a_MK32, weight)
     if bias_N is not None:
         y_MN = tb.add(y_MN, tb.to_dtype(bias_N, "f32"))  # + [N]
     y = y_MN if a.rank > 1 else tb.flatten(y_MN, 0, 1)  # a rank-1 A: [1,N] -> [N]
@@ -99,7 +101,7 @@ def kernel_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
     if zero_points is None:  # 2^(bits-1) in the kernel
         form = "none"
     elif zero_points.dtype == "ui8":  # a byte a block: a quarter of f32's bytes to read
-        form, zero_NKb = "u8", tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "ui8")
+        form, zero_NKb = "u8", zero_point_bytes(tb, zero_points, N, Kb, bits)
     else:
         form, zero_NKb = "f32", per_block(tb, zero_points, N, Kb)
     if form != "none":
@@ -124,7 +126,7 @@ def vnni_product(tb: TorchBuilder, a_RK: Tensor, weight) -> Tensor:
                 tb.builtin(per_block(tb, scales, N, Kb))]
     form = "none" if zero_points is None else "u8"  # the int8 path takes packed zero points or none
     if form == "u8":
-        operands.append(tb.builtin(tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "ui8")))
+        operands.append(tb.builtin(zero_point_bytes(tb, zero_points, N, Kb, bits)))
     symbol, text = nbits_matmul_vnni.render(K, N, L, form, _OPSET)
     return rows_typed(tb, tb.call_function(symbol, text, operands, (None, N), "f32"), a_RK, N)
 
@@ -141,6 +143,11 @@ def zero_points_f32(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits
     if zero_points.dtype == "ui8":
         return tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "f32")
     return per_block(tb, zero_points, N, Kb)
+
+
+def zero_point_bytes(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits: int) -> Tensor:
+    """Packed zero-point bytes -> a byte a block, ui8 [N,Kb] (the kernels' "u8" form)."""
+    return tb.to_dtype(unpacked_zero_points(tb, zero_points, N, Kb, bits), "ui8")
 
 
 def unpacked_zero_points(tb: TorchBuilder, zero_points: Tensor, N: int, Kb: int, bits: int) -> Tensor:
