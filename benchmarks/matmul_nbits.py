@@ -16,7 +16,6 @@ test: numbers depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import numpy as np
 import onnx
@@ -24,10 +23,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from decode_step import cpu_model
-from gqa_torch_mlir import InferenceSession
-from gqa_torch_mlir.backends.iree.compiler import IreeCpuBackend
-from gqa_torch_mlir.options import LoweringOptions
-from model_step import print_alternating
+from model_step import print_alternating, session
 
 L = 32  # the builder's block size
 
@@ -45,13 +41,6 @@ def model(K: int, N: int, accuracy_level: int = 0) -> onnx.ModelProto:
     graph = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["rows", K])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["rows", N])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)], ir_version=10)
-
-
-def session(proto: onnx.ModelProto, form: str, threads: int) -> InferenceSession:
-    """Ours, compiled with ``matmul_nbits=form`` (the rest iree-cpu's defaults)."""
-    options = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits=form)
-    backend = IreeCpuBackend(threads=threads, options=options)
-    return InferenceSession.from_vmfb(proto, backend.compile_lowered(backend.lower(proto)), backend="iree-cpu", threads=threads)
 
 
 def measure(proto: onnx.ModelProto, rows: int, threads: int, rounds: int, inner: int, sessions) -> None:
@@ -87,7 +76,7 @@ def main() -> None:
         proto = model(K, N, args.accuracy_level)
         forms = ("vnni", "kernel", "dequantize") if args.accuracy_level == 4 else ("kernel", "dequantize")
         for threads in args.threads:
-            sessions = {form: session(proto, form, threads) for form in forms}
+            sessions = {form: session(proto, threads, matmul_nbits=form) for form in forms}
             for rows in args.rows:
                 print(f"MatMulNBits K={K} N={N}, accuracy_level {args.accuracy_level}, {rows} row(s), {threads} thread(s):")
                 measure(proto, rows, threads, args.repeats, args.inner, sessions)

@@ -75,15 +75,17 @@ def model_file(name: str, layers: int, workdir: Path) -> Path:
     return path
 
 
-def session(path: Path, threads: int, matmul_nbits=None, **kwargs) -> InferenceSession:
-    """Ours on iree-cpu with ``kwargs``; ``matmul_nbits`` (a lowering option the session does not
-    take) compiled through the backend with it, the rest of the options iree-cpu's."""
+def session(model, threads: int, matmul_nbits=None, **kwargs) -> InferenceSession:
+    """Ours on iree-cpu with ``kwargs`` (``model``: a path or a ModelProto); ``matmul_nbits`` (a
+    lowering option the session does not take) compiled through the backend with it, the rest of
+    the options iree-cpu's."""
+    model = model if isinstance(model, onnx.ModelProto) else str(model)
     if matmul_nbits is None:
-        return InferenceSession(str(path), backend="iree-cpu", threads=threads, **kwargs)
+        return InferenceSession(model, backend="iree-cpu", threads=threads, **kwargs)
     options = dataclasses.replace(LoweringOptions.for_backend("iree-cpu"), matmul_nbits=matmul_nbits)
     specs = [kwargs["specialize"]] if "specialize" in kwargs else []
-    compiled = IreeCpuBackend(threads=threads, options=options).compile(str(path), specs)
-    return InferenceSession.from_vmfb(str(path), compiled.vmfb, backend="iree-cpu", threads=threads, specialize=specs or None)
+    compiled = IreeCpuBackend(threads=threads, options=options).compile(model, specs)
+    return InferenceSession.from_vmfb(model, compiled.vmfb, backend="iree-cpu", threads=threads, specialize=specs or None)
 
 
 def step_feeds(path: Path, ref, head_size: int) -> dict:
